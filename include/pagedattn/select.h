@@ -1,0 +1,116 @@
+// The single selection function (DESIGN.md §3): which kernel runs a problem, with which tile,
+// how many KV splits and how much shared memory, and why. It serves the run path, the
+// "is this supported" query, workspace sizing and `pagedattn explain`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/status.h"
+#include "pagedattn/tensor.h"
+
+namespace pagedattn {
+
+/// Knobs for tests and experiments; the defaults let the selection function decide.
+struct PlanOptions {
+  /// KV splits per sequence; 0 = chosen by select_kernel.
+  int num_splits = 0;
+  /// Tokens per KV tile; 0 = chosen by select_kernel. Tests force small tiles so that tiles
+  /// cross block boundaries, and blocks larger than tiles.
+  int tile_tokens = 0;
+  /// CPU worker threads; 0 = std::thread::hardware_concurrency().
+  int num_threads = 0;
+};
+
+/// Facts about a device that selection depends on, queried at run time (never hard-coded).
+struct DeviceInfo {
+  Device device{};
+  std::string name;
+  /// Streaming multiprocessors (CUDA) or hardware threads (CPU).
+  int num_units = 1;
+  int cc_major = 0;
+  int cc_minor = 0;
+  /// Largest dynamic shared memory one CUDA block may opt in to (bytes); 0 for the CPU.
+  std::int64_t max_shared_memory_per_block = 0;
+  std::int64_t l2_bytes = 0;
+};
+
+/// Query `device`. Errors: kDeviceUnavailable if this build has no CUDA backend or the GPU is
+/// absent (message says which).
+Result<DeviceInfo> query_device(Device device);
+
+/// Batch-level facts computed from the host metadata.
+struct BatchSummary {
+  int num_seqs = 0;
+  std::int64_t num_tokens = 0;
+  int num_decode_seqs = 0;   // query_len == 1
+  int num_prefill_seqs = 0;  // query_len > 1
+  int num_empty_seqs = 0;    // query_len == 0
+  int max_seq_len = 0;
+  int max_query_len = 0;
+  /// Sum of seq_len over sequences with query_len > 0: the KV tokens attention must read.
+  std::int64_t total_kv_tokens = 0;
+};
+
+/// Everything selection needs to know about one attention call.
+struct ProblemDesc {
+  Device device{};
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_size = 0;
+  DType q_dtype = DType::kFloat16;
+  DType cache_dtype = DType::kFloat16;
+  KVLayout layout = KVLayout::kNHD;
+  int block_size = 0;
+  std::int64_t num_blocks = 0;
+  CacheAccess access = CacheAccess::kStrided;
+  float softcap = 0.0f;
+  int sliding_window = 0;
+  bool alibi = false;
+  bool sinks = false;
+  bool lse = false;
+  BatchSummary batch;
+  int gqa_ratio() const { return num_kv_heads > 0 ? num_heads / num_kv_heads : 0; }
+};
+
+/// Kernels pagedattn can run.
+enum class KernelId : std::uint8_t {
+  /// CPU backend: tiled online softmax, threads over (sequence, KV head, query chunk).
+  kCpuTiled,
+  /// CUDA general path: tiled online softmax, any layout and stride, split-KV + merge.
+  kCudaTiled,
+};
+const char* to_string(KernelId kernel);
+
+/// The decision and its justification.
+struct KernelChoice {
+  KernelId kernel = KernelId::kCpuTiled;
+  CacheAccess access = CacheAccess::kStrided;
+  /// KV tokens per tile; independent of block_size.
+  int tile_tokens = 0;
+  /// KV splits per sequence (1 = no split, no merge).
+  int num_splits = 1;
+  /// Dynamic shared memory per CUDA block in bytes (0 on the CPU); never above the device's
+  /// max_shared_memory_per_block.
+  std::int64_t shared_memory_bytes = 0;
+  int threads_per_block = 0;
+  std::string reason;
+};
+
+/// Choose how to run `problem` on `device_info`. Errors: kUnsupported with the reason when no
+/// path can run it (never a silent fallback to a path that would compute something else).
+Result<KernelChoice> select_kernel(const ProblemDesc& problem, const DeviceInfo& device_info,
+                                   const PlanOptions& options = {});
+
+/// How write_kv writes a cache; derived from decide_cache_access(), the same decision the
+/// attention reader takes.
+struct WriterChoice {
+  std::string kernel;
+  CacheAccess access = CacheAccess::kStrided;
+  std::string reason;
+};
+/// Choose the writer for `cache` on `device`. Never fails for a cache describe_kv_cache accepts.
+WriterChoice select_writer(const KVCache& cache, Device device);
+
+}  // namespace pagedattn

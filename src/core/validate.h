@@ -1,0 +1,51 @@
+// Validation of public arguments: one helper per rule, each returning a Status whose message
+// names the argument, the expectation and what was found. Nothing here touches device memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pagedattn/attention.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/status.h"
+#include "pagedattn/tensor.h"
+
+namespace pagedattn::validate {
+
+Status invalid(const std::string& message);
+Status unsupported(const std::string& message);
+
+// ---- generic tensor rules ----
+Status require_defined(const TensorView& t, const char* name);
+Status require_ndim(const TensorView& t, const char* name, int ndim);
+Status require_dtype(const TensorView& t, const char* name, DType dtype);
+Status require_float_dtype(const TensorView& t, const char* name);  // fp32/fp16/bf16
+Status require_index_dtype(const TensorView& t, const char* name);  // int32/int64
+Status require_shape(const TensorView& t, const char* name, int dim, std::int64_t expected);
+Status require_non_negative_strides(const TensorView& t, const char* name);
+Status require_inner_contiguous(const TensorView& t, const char* name);
+Status require_same_device(const TensorView& t, const char* name, const Device& device);
+Status require_data(const TensorView& t, const char* name);
+Status require_contiguous(const TensorView& t, const char* name);
+
+// ---- attention ----
+/// Shapes, dtypes, strides and devices of every tensor in `args`, and the scalar params.
+/// Fills `geometry` with the cache's sizes. `need_data`: data pointers must be non-null.
+Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry* geometry);
+/// Values of the host metadata against `args` (shapes equal, values consistent, block ids in
+/// range) and the batch summary.
+Status host_metadata(const AttentionArgs& args, const HostMetadata& host,
+                     const KVCacheGeometry& geometry, BatchSummary* summary);
+
+// ---- write_kv ----
+/// Shapes, dtypes, devices; and, when `slots` (a host view of the slot mapping) is defined,
+/// every slot value (< num_slots, no duplicates among non-negative slots).
+Status write_kv_args(const TensorView& key, const TensorView& value,
+                     const TensorView& slot_mapping, const KVCache& cache,
+                     const TensorView& host_slots, KVCacheGeometry* geometry);
+
+// ---- merge ----
+Status merge_args(const TensorView& out_a, const TensorView& lse_a, const TensorView& out_b,
+                  const TensorView& lse_b, const TensorView& out, const TensorView& lse_out);
+
+}  // namespace pagedattn::validate

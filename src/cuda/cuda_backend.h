@@ -1,0 +1,42 @@
+// Host-side entry points of the CUDA backend (no CUDA headers here, so core files compile
+// without the toolkit). Implemented in src/cuda/*.cu; stubs returning kDeviceUnavailable when
+// the build has no CUDA (src/cuda/cuda_stub.cpp).
+#pragma once
+
+#include "pagedattn/attention.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/select.h"
+#include "src/core/internal.h"
+
+namespace pagedattn::cuda {
+
+Result<DeviceInfo> query_device(int index);
+
+/// Fill the backend parts of `state` (state->choice already made) and size the workspace.
+Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
+                      AttentionPlan::State* state);
+
+Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args,
+                     void* workspace, std::size_t workspace_bytes, Stream stream);
+
+Status write_kv(const TensorView& key, const TensorView& value, const TensorView& slot_mapping,
+                const KVCache& cache, const KVCacheGeometry& geometry, Stream stream);
+
+Status merge_attention_states(const TensorView& out_a, const TensorView& lse_a,
+                              const TensorView& out_b, const TensorView& lse_b,
+                              const TensorView& out, const TensorView& lse_out, Stream stream);
+
+/// Device memory helpers for the convenience paths, the CLI and tests.
+Result<void*> device_malloc(std::size_t bytes);
+void device_free(void* ptr);
+
+}  // namespace pagedattn::cuda
+
+namespace pagedattn::cuda {
+/// Copies between host and device memory (synchronous), and a device-wide synchronise; used by
+/// the convenience paths, tests and the CLI. Errors: kDeviceUnavailable without CUDA,
+/// kInternal with the CUDA error string.
+Status copy_to_device(void* device_dst, const void* host_src, std::size_t bytes);
+Status copy_to_host(void* host_dst, const void* device_src, std::size_t bytes);
+Status device_synchronize();
+}  // namespace pagedattn::cuda

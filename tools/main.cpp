@@ -1,0 +1,32 @@
+// The `pagedattn` program: run | verify | explain (DESIGN.md §7).
+#include <cstdio>
+#include <exception>
+
+#include "pagedattn/version.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace pagedattn::cli;
+  CLI::App app{"pagedattn: paged-KV-cache attention for LLM serving"};
+  app.set_version_flag("--version", pagedattn::version());
+  app.require_subcommand(1);
+  Action run = register_run(app);
+  Action verify = register_verify(app);
+  Action explain = register_explain(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    // CLI11 returns 0 for --help/--version; every real usage error is exit status 2.
+    return rc == 0 ? kExitOk : kExitInvalid;
+  }
+  try {
+    if (app.got_subcommand("run")) return run();
+    if (app.got_subcommand("verify")) return verify();
+    if (app.got_subcommand("explain")) return explain();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pagedattn: internal error: %s\n", e.what());
+    return kExitInvalid;
+  }
+  return kExitInvalid;
+}
