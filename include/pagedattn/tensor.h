@@ -7,9 +7,9 @@
 #include <initializer_list>
 #include <string>
 
-#include "pagedattn/status.h"
+#include <dlpack/dlpack.h>  // DLPack >= 1.0 (vendored in third_party/, installed beside us)
 
-struct DLTensor;  // dlpack/dlpack.h (DLPack >= 1.0); only the .cpp needs the definition.
+#include "pagedattn/status.h"
 
 namespace pagedattn {
 
