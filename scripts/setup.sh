@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what pagedattn needs on a fresh Debian/Ubuntu machine, then configure and build it
+# (Release, into ./build). The CUDA backend is built when nvcc is found (PATH or
+# /usr/local/cuda); set PAGEDATTN_CUDA=OFF to skip it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev
+          nlohmann-json3-dev libfmt-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_dir="${BUILD_DIR:-build}"
+cuda="${PAGEDATTN_CUDA:-AUTO}"
+jobs="${JOBS:-$(nproc)}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA="$cuda"
+cmake --build "$build_dir" -j "$jobs"
+echo "setup: built $build_dir/pagedattn"
