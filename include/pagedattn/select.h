@@ -80,6 +80,11 @@ enum class KernelId : std::uint8_t {
   kCpuTiled,
   /// CUDA general path: tiled online softmax, any layout and stride, split-KV + merge.
   kCudaTiled,
+  /// CUDA decode fast path: all-decode batches, fp16/bf16 cache equal to the query dtype,
+  /// head_size 64 or 128, GQA ratio <= 16; cp.async multi-stage K/V pipeline, tensor-core
+  /// (mma.sync) QK and PV with the GQA group packed into the MMA rows, split-KV balanced
+  /// over the SMs, deterministic merge.
+  kCudaDecodeMMA,
 };
 const char* to_string(KernelId kernel);
 

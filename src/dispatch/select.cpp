@@ -19,6 +19,7 @@ const char* to_string(KernelId kernel) {
   switch (kernel) {
     case KernelId::kCpuTiled: return "cpu_tiled_online_softmax";
     case KernelId::kCudaTiled: return "cuda_tiled_online_softmax";
+    case KernelId::kCudaDecodeMMA: return "cuda_decode_mma_splitkv";
   }
   return "unknown";
 }
