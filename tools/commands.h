@@ -27,5 +27,6 @@ using Action = std::function<int()>;
 Action register_run(CLI::App& app);
 Action register_verify(CLI::App& app);
 Action register_explain(CLI::App& app);
+Action register_bench(CLI::App& app);
 
 }  // namespace pagedattn::cli

@@ -1,4 +1,4 @@
-// The `pagedattn` program: run | verify | explain (DESIGN.md §7).
+// The `pagedattn` program: run | verify | explain | bench (DESIGN.md §7).
 #include <cstdio>
 #include <exception>
 
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   Action run = register_run(app);
   Action verify = register_verify(app);
   Action explain = register_explain(app);
+  Action bench = register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) return run();
     if (app.got_subcommand("verify")) return verify();
     if (app.got_subcommand("explain")) return explain();
+    if (app.got_subcommand("bench")) return bench();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pagedattn: internal error: %s\n", e.what());
     return kExitInvalid;

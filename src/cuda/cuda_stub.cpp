@@ -1,5 +1,6 @@
 // The CUDA backend's entry points in a build without CUDA: every call reports that the device
 // is unavailable, so callers get kDeviceUnavailable (CLI exit status 3), never a crash.
+#include "src/cuda/bench_support.h"
 #include "src/cuda/cuda_backend.h"
 
 namespace pagedattn::cuda {
@@ -37,3 +38,18 @@ Status copy_to_host(void*, const void*, std::size_t) { return no_cuda(); }
 Status device_synchronize() { return no_cuda(); }
 
 }  // namespace pagedattn::cuda
+
+namespace pagedattn::cuda::bench {
+Result<std::vector<double>> time_call(int, const Call&, const TimingOptions&, bool) {
+  return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
+}
+Result<double> read_ceiling_gbps(int, std::size_t, int) {
+  return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
+}
+Status fill_uniform(void*, DType, std::size_t, std::uint64_t, float, float) {
+  return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
+}
+Result<DeviceSummary> device_summary(int) {
+  return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
+}
+}  // namespace pagedattn::cuda::bench

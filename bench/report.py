@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Join `pagedattn bench --json` with `sdpa_compare.py --json`: print the side-by-side table
+(time ratio pagedattn / SDPA per workload) and plot effective bandwidth versus context length
+and batch size (PNG), with the measured read ceiling as a line."""
+import argparse
+import json
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench_json")
+    ap.add_argument("--sdpa", default=None)
+    ap.add_argument("--png", default=None)
+    ap.add_argument("--markdown", default=None, help="write the table as Markdown")
+    args = ap.parse_args()
+    bench = json.load(open(args.bench_json))
+    sdpa = {}
+    if args.sdpa:
+        for r in json.load(open(args.sdpa))["results"]:
+            if "median_us" in r:
+                sdpa[r["name"]] = r
+    ceiling = bench["read_ceiling_gbps"]
+    lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; layout {bench['layout']}",
+             "",
+             "| workload | pagedattn us | graph us | GB/s | % ceiling | splits | kernel | SDPA us (backend) | pagedattn/SDPA |",
+             "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in bench["results"]:
+        s = sdpa.get(r["name"])
+        sd = f"{s['median_us']:.1f} ({s['best_backend']})" if s else "-"
+        ratio = f"{r['median_us'] / s['median_us']:.2f}" if s else "-"
+        g = f"{r['graph_median_us']:.1f}" if r["graph_median_us"] >= 0 else "-"
+        lines.append(f"| {r['name']} | {r['median_us']:.1f} | {g} | {r['gbps']:.0f} | "
+                     f"{r['pct_of_ceiling']:.1f}% | {r['splits']} | {r['kernel']} | {sd} | {ratio} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        open(args.markdown, "w").write(text + "\n")
+    if args.png:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+        for ax, group, key, label in ((axes[0], "sweep-ctx", "max_seq_len", "context length (tokens), batch 64"),
+                                      (axes[1], "sweep-batch", "num_seqs", "batch size (sequences), context 4096")):
+            rows = sorted((r for r in bench["results"] if r["group"] == group), key=lambda r: r[key])
+            if rows:
+                xs = [r[key] for r in rows]
+                ax.plot(xs, [r["gbps"] for r in rows], "o-", label="pagedattn")
+                sd = [(r[key], r["bytes"] / (sdpa[r["name"]]["median_us"] * 1e-6) / 1e9)
+                      for r in rows if r["name"] in sdpa]
+                if sd:
+                    ax.plot([a for a, _ in sd], [b for _, b in sd], "s--", label="PyTorch SDPA (dense)")
+            ax.axhline(ceiling, color="gray", linestyle=":", label=f"read ceiling {ceiling:.0f} GB/s")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(label)
+            ax.set_ylabel("effective bandwidth (GB/s)")
+            ax.set_ylim(0, ceiling * 1.1)
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        fig.suptitle(f"pagedattn decode, bf16, 32/8 heads, head 128, block 16 ({bench['device']})")
+        fig.tight_layout()
+        fig.savefig(args.png, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

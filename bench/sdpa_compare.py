@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Dense PyTorch scaled_dot_product_attention (GQA) on contiguous KV, for the decode workloads
+that have a dense equivalent (equal lengths): W1, W2, W3, W7, and the context/batch sweeps.
+
+Same shapes, dtype (bf16) and timing rule as `pagedattn bench`: CUDA events around each call,
+L2 flushed before each call, median of --iters calls after warm-up. Every SDPA backend that
+accepts the shape is timed and the fastest is reported (so the comparison is against the best
+dense kernel PyTorch has on this GPU). Writes JSON.
+"""
+import argparse
+import json
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# name: (batch, context, num_heads, num_kv_heads, head_size)
+WORKLOADS = {
+    "W1": (64, 4096, 32, 8, 128),
+    "W2": (128, 2048, 32, 8, 64),
+    "W3": (1, 131072, 32, 8, 128),
+    "W7": (1, 1024, 32, 8, 128),
+}
+for ctx in [512, 1024, 2048, 4096, 8192, 16384, 32768]:
+    WORKLOADS[f"ctx-{ctx}"] = (64, ctx, 32, 8, 128)
+for b in [1, 2, 4, 8, 16, 32, 64, 128, 256]:
+    WORKLOADS[f"batch-{b}"] = (b, 4096, 32, 8, 128)
+
+BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def time_us(fn, iters, warmup, flush):
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        flush.fill_(i & 0xFF)
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--workloads", default="W1,W2,W3,W7")
+    ap.add_argument("--json", default="sdpa.json")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=dev)
+    names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
+    out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "results": []}
+    g = torch.Generator(device=dev).manual_seed(0)
+    for name in names:
+        b, s, h, kvh, d = WORKLOADS[name]
+        q = torch.rand(b, h, 1, d, device=dev, dtype=torch.bfloat16, generator=g) * 2 - 1
+        k = torch.rand(b, kvh, s, d, device=dev, dtype=torch.bfloat16, generator=g) * 2 - 1
+        v = torch.rand(b, kvh, s, d, device=dev, dtype=torch.bfloat16, generator=g) * 2 - 1
+        row = {"name": name, "per_backend_us": {}}
+        for bname, backend in BACKENDS.items():
+            try:
+                with sdpa_kernel([backend]):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                    fn()
+                    torch.cuda.synchronize()
+                    row["per_backend_us"][bname] = time_us(fn, args.iters, args.warmup, flush)
+            except Exception as e:  # a backend that rejects the shape is skipped
+                row["per_backend_us"][bname] = None
+                row.setdefault("errors", {})[bname] = str(e).splitlines()[0][:160]
+        ok = {k_: t for k_, t in row["per_backend_us"].items() if t is not None}
+        if ok:
+            best = min(ok, key=ok.get)
+            row["best_backend"] = best
+            row["median_us"] = ok[best]
+        print(f"{name:10s} " + " ".join(
+            f"{k_}={t:.1f}us" if t is not None else f"{k_}=n/a"
+            for k_, t in row["per_backend_us"].items()), flush=True)
+        out["results"].append(row)
+        del q, k, v
+        torch.cuda.empty_cache()
+    with open(args.json, "w") as f:
+        json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

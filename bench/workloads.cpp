@@ -1,0 +1,154 @@
+#include "bench/workloads.h"
+
+#include <algorithm>
+
+#include "src/serving/trace.h"
+
+namespace pagedattn::bench {
+
+std::uint64_t SplitMix64::next() {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+std::int64_t SplitMix64::uniform(std::int64_t lo, std::int64_t hi) {
+  const std::uint64_t span = static_cast<std::uint64_t>(hi - lo) + 1;
+  return lo + static_cast<std::int64_t>(next() % span);
+}
+
+namespace {
+Workload base(const std::string& name, const std::string& desc, const std::string& group,
+              KVLayout layout) {
+  Workload w;
+  w.name = name;
+  w.description = desc;
+  w.group = group;
+  w.layout = layout;
+  return w;
+}
+}  // namespace
+
+std::vector<Workload> standard_workloads(KVLayout layout, std::uint64_t seed) {
+  std::vector<Workload> out;
+  {
+    Workload w = base("W1", "32/8 heads, head 128, block 16, 64 x 4096", "standard", layout);
+    w.seq_lens.assign(64, 4096);
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W2", "32/8 heads, head 64, block 16, 128 x 2048", "standard", layout);
+    w.head_size = 64;
+    w.seq_lens.assign(128, 2048);
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W3", "W1 shape, one sequence of 131072", "standard", layout);
+    w.seq_lens.assign(1, 131072);
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W4", "W1 shape, 256 seqs, lengths uniform 128..8192", "standard", layout);
+    SplitMix64 rng{seed};
+    for (int i = 0; i < 256; ++i) w.seq_lens.push_back(static_cast<int>(rng.uniform(128, 8192)));
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W5", "W1 with block 2048 and padded pages (hybrid)", "standard", layout);
+    w.block_size = 2048;
+    // One page also carries 4096 elements of other state (a Mamba-style hybrid page), so the
+    // block stride is larger than the block.
+    w.page_pad = 4096;
+    w.seq_lens.assign(64, 4096);
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W6", "skewed: 1 x 32768 + 63 x 512", "standard", layout);
+    w.seq_lens.assign(64, 512);
+    w.seq_lens[0] = 32768;
+    out.push_back(w);
+  }
+  {
+    Workload w = base("W7", "one sequence of 1024 (latency)", "standard", layout);
+    w.seq_lens.assign(1, 1024);
+    w.graph = true;
+    out.push_back(w);
+  }
+  return out;
+}
+
+Result<std::vector<Workload>> trace_workloads(KVLayout layout, std::uint64_t seed) {
+  std::vector<Workload> out;
+  SplitMix64 rng{seed ^ 0x7472616365ULL};
+  auto conv = serving::load_trace("azure-conv", 256);
+  if (!conv.ok()) return conv.status();
+  auto mid = [&](const serving::TraceRecord& r) {
+    // Mid-generation: the prompt plus a random part of the output, at least one token.
+    const std::int64_t gen = r.output_tokens > 0 ? rng.uniform(1, r.output_tokens) : 1;
+    return static_cast<int>(std::max<std::int64_t>(1, r.prompt_tokens + gen));
+  };
+  {
+    Workload w = base("T-conv-decode", "Azure conv: 128 requests mid-generation (decode)", "trace",
+                      layout);
+    for (int i = 0; i < 128; ++i) w.seq_lens.push_back(mid(conv->records[i]));
+    out.push_back(w);
+  }
+  {
+    Workload w = base("T-conv-mixed",
+                      "Azure conv: 96 decodes + 2 prefill chunks of 512 (chunked prefill)",
+                      "trace", layout);
+    for (int i = 0; i < 96; ++i) {
+      w.seq_lens.push_back(mid(conv->records[128 + i]));
+      w.query_lens.push_back(1);
+    }
+    for (int i = 0; i < 2; ++i) {
+      const auto& r = conv->records[224 + i];
+      const int prompt = static_cast<int>(std::max<std::int64_t>(512, r.prompt_tokens));
+      w.seq_lens.push_back(std::min(prompt, 1024));  // a 512-token chunk after some context
+      w.query_lens.push_back(512);
+    }
+    out.push_back(w);
+  }
+  auto moon = serving::load_trace("mooncake", 64);
+  if (!moon.ok()) return moon.status();
+  {
+    Workload w = base("T-mooncake-decode", "Mooncake: 32 long-context requests (decode)",
+                      "trace", layout);
+    for (int i = 0; i < 32; ++i) w.seq_lens.push_back(mid(moon->records[i]));
+    out.push_back(w);
+  }
+  return out;
+}
+
+std::vector<Workload> sweep_workloads(KVLayout layout) {
+  std::vector<Workload> out;
+  for (int ctx = 512; ctx <= 32768; ctx *= 2) {
+    Workload w = base("ctx-" + std::to_string(ctx), "W1 heads, batch 64, context " +
+                      std::to_string(ctx), "sweep-ctx", layout);
+    w.seq_lens.assign(64, ctx);
+    out.push_back(w);
+  }
+  for (int b = 1; b <= 256; b *= 2) {
+    Workload w = base("batch-" + std::to_string(b), "W1 heads, context 4096, batch " +
+                      std::to_string(b), "sweep-batch", layout);
+    w.seq_lens.assign(b, 4096);
+    out.push_back(w);
+  }
+  return out;
+}
+
+std::int64_t useful_bytes(const Workload& w) {
+  std::int64_t kv_tokens = 0, q_tokens = 0;
+  for (std::size_t i = 0; i < w.seq_lens.size(); ++i) {
+    kv_tokens += w.seq_lens[i];
+    q_tokens += w.query_lens.empty() ? 1 : w.query_lens[i];
+  }
+  const std::int64_t kv = 2 * kv_tokens * w.num_kv_heads * w.head_size *
+                          static_cast<std::int64_t>(dtype_size(w.kv_dtype));
+  const std::int64_t qo = 2 * q_tokens * w.num_heads * w.head_size *
+                          static_cast<std::int64_t>(dtype_size(w.dtype));
+  return kv + qo;
+}
+
+}  // namespace pagedattn::bench

@@ -1,0 +1,58 @@
+// Benchmark workloads as data (DESIGN.md §6; issue "Decode at the H200's memory-bandwidth
+// limit"): the standard decode workloads W1-W7, batches taken from the shipped serving traces,
+// and the context-length / batch-size sweeps behind the bandwidth plot.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/status.h"
+#include "pagedattn/tensor.h"
+
+namespace pagedattn::bench {
+
+struct Workload {
+  std::string name;         // "W1", "T-conv-decode", "ctx-4096", ...
+  std::string description;  // one line for the table
+  std::string group;        // "standard", "trace", "sweep-ctx", "sweep-batch"
+  int num_heads = 32;
+  int num_kv_heads = 8;
+  int head_size = 128;
+  int block_size = 16;
+  KVLayout layout = KVLayout::kNHD;
+  DType dtype = DType::kBFloat16;
+  DType kv_dtype = DType::kBFloat16;
+  std::int64_t page_pad = 0;     // elements after each cache block (padded pages)
+  std::vector<int> seq_lens;
+  std::vector<int> query_lens;   // empty = all 1 (pure decode)
+  bool graph = false;            // also time under CUDA-graph replay
+};
+
+/// W1-W7 exactly as DESIGN.md §6 and the issue define them, bf16, in `layout`. W4's lengths
+/// come from a seeded generator (uniform 128..8192) that is the same on every platform.
+std::vector<Workload> standard_workloads(KVLayout layout, std::uint64_t seed);
+
+/// Steps taken from the shipped traces: a decode step and a mixed (chunked prefill + decode)
+/// step from the Azure conversation trace, and a long-context decode step from Mooncake.
+/// Each sequence's length = prompt + a seeded fraction of its output (mid-generation).
+Result<std::vector<Workload>> trace_workloads(KVLayout layout, std::uint64_t seed);
+
+/// Sweeps for the bandwidth plot: context 512..32768 at batch 64, and batch 1..256 at 4096
+/// (W1's heads and head size).
+std::vector<Workload> sweep_workloads(KVLayout layout);
+
+/// Useful bytes of one call (DESIGN.md §6): the K and V of every token covered by seq_lens
+/// (each read once, shared across a GQA group) + the query rows + the output rows.
+std::int64_t useful_bytes(const Workload& w);
+
+/// Deterministic 64-bit generator (splitmix64) so workloads are identical everywhere.
+struct SplitMix64 {
+  std::uint64_t state;
+  std::uint64_t next();
+  /// Uniform integer in [lo, hi].
+  std::int64_t uniform(std::int64_t lo, std::int64_t hi);
+};
+
+}  // namespace pagedattn::bench

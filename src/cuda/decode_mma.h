@@ -1,0 +1,69 @@
+// The CUDA decode fast path (KernelId::kCudaDecodeMMA): host-only declarations, so that the
+// selection function can size it in any build.
+//
+// Design (docs/performance.md has the measurements):
+//  - one CTA = 4 warps = one (sequence, KV head, KV split); the GQA group of that KV head
+//    (<= 16 query heads) is packed into the 16 rows of an m16n8k16 tensor-core MMA, so each
+//    K/V byte is read from HBM exactly once per step;
+//  - K/V tiles of 64 tokens move HBM -> shared memory with 16-byte cp.async in a multi-stage
+//    pipeline; each token maps to (block_table[t / block_size], t % block_size), so block size
+//    and tile size are independent and padded pages cost nothing (block stride at run time);
+//  - every warp owns 16 tokens of a tile and keeps its own online-softmax state; the four
+//    states are merged in shared memory at the end of the split;
+//  - the KV range of each sequence is cut into splits of `chunk_tokens` (a multiple of 64)
+//    chosen from the batch's total work and the number of CTA slots of the device, so a skewed
+//    batch spreads over every SM; sequences that need one split write their output directly,
+//    the others go through a deterministic log-sum-exp merge kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "pagedattn/attention.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/select.h"
+
+namespace pagedattn::cuda {
+
+/// KV tokens per pipeline stage of the decode kernel.
+inline constexpr int kDecodeTileTokens = 64;
+inline constexpr int kDecodeThreads = 128;
+
+/// Stages of the cp.async pipeline for a head size (more stages for smaller tiles, so that
+/// each CTA keeps tens of KB in flight).
+inline int decode_mma_stages(int head_size) { return head_size <= 64 ? 4 : 3; }
+
+/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles) plus the query rows.
+inline std::int64_t decode_mma_smem_bytes(int head_size) {
+  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * 2;  // 16-bit elements
+  return decode_mma_stages(head_size) * 2 * tile + 16 * head_size * 2;
+}
+
+/// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
+/// every sequence a decode (query_len 1) or skipped, query and cache fp16 or bf16 of one dtype,
+/// head_size 64 or 128, GQA ratio <= 16, and for the split layout block_size % 8 == 0 (16-byte
+/// value chunks must not cross a block). Alignment of strides and pointers is checked per call
+/// (decode_mma_aligned); unaligned tensors take the general path.
+bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
+
+/// True when every stride (except the innermost) of the cache and the query/output rows are
+/// multiples of 8 elements and the base pointers are 16-byte aligned, as 16-byte cp.async needs.
+bool decode_mma_aligned(const AttentionArgs& args);
+
+/// Split size for the batch: the KV range of the longest work item is cut so that the CTAs of
+/// the whole batch fill the device's CTA slots about `kWaves` times. Returns a multiple of
+/// kDecodeTileTokens; `num_splits` receives the largest per-sequence split count.
+int decode_mma_chunk(const ProblemDesc& problem, const std::int32_t* seq_lens,
+                     std::int64_t seq_lens_stride, int num_units, std::int64_t max_smem_per_block,
+                     int forced_splits, int* num_splits);
+
+/// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
+std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);
+
+/// Launch the decode kernel (and the merge when any sequence has more than one split).
+/// Arguments validated and matching the plan; no allocation, no synchronisation.
+Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_tokens,
+                      int num_splits, void* workspace, Stream stream);
+
+}  // namespace pagedattn::cuda

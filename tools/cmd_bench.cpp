@@ -1,0 +1,205 @@
+// `pagedattn bench`: decode (and mixed) workloads timed on a GPU against the read ceiling
+// measured in the same run (DESIGN.md §6). Table on stdout; CSV and JSON on request.
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/runner.h"
+#include "bench/workloads.h"
+#include "pagedattn/pagedattn.h"
+#include "tools/commands.h"
+
+namespace pagedattn::cli {
+
+namespace {
+
+struct BenchFlags {
+  std::string device = "cuda";
+  std::string layout = "nhd";
+  std::string workloads = "standard,trace";
+  bool sweep = false;
+  int iters = 100;
+  int warmup = 10;
+  bool no_flush = false;
+  double ceiling_gb = 4.0;
+  std::string csv;
+  std::string json;
+  std::uint64_t seed = 1;
+};
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int run_bench(const BenchFlags& f) {
+  if (f.device == "cpu") {
+    std::fprintf(stderr, "pagedattn bench: measures GPU kernels; --device cpu is not supported\n");
+    return kExitInvalid;
+  }
+  if (f.device != "cuda" && f.device != "auto") {
+    std::fprintf(stderr, "pagedattn bench: --device '%s': expected cuda or auto\n", f.device.c_str());
+    return kExitInvalid;
+  }
+  if (f.iters < 1 || f.warmup < 0 || f.ceiling_gb <= 0) {
+    std::fprintf(stderr, "pagedattn bench: --iters >= 1, --warmup >= 0, --ceiling-gb > 0\n");
+    return kExitInvalid;
+  }
+  auto layout = parse_layout(f.layout);
+  if (!layout.ok()) {
+    std::fprintf(stderr, "pagedattn bench: %s\n", layout.status().message().c_str());
+    return kExitInvalid;
+  }
+  auto info = query_device(Device::cuda(0));
+  if (!info.ok()) {
+    std::fprintf(stderr, "pagedattn bench: %s\n", info.status().to_string().c_str());
+    return exit_code_for(info.status());
+  }
+
+  std::vector<bench::Workload> all;
+  const std::set<std::string> wanted_list = [&] {
+    auto v = split_list(f.workloads);
+    return std::set<std::string>(v.begin(), v.end());
+  }();
+  auto wanted = [&](const bench::Workload& w) {
+    return wanted_list.count("all") || wanted_list.count(w.group) || wanted_list.count(w.name);
+  };
+  for (auto& w : bench::standard_workloads(*layout, f.seed))
+    if (wanted(w)) all.push_back(w);
+  auto traces = bench::trace_workloads(*layout, f.seed);
+  if (!traces.ok()) {
+    std::fprintf(stderr, "pagedattn bench: %s\n", traces.status().to_string().c_str());
+    return kExitInvalid;
+  }
+  for (auto& w : *traces)
+    if (wanted(w)) all.push_back(w);
+  for (auto& w : bench::sweep_workloads(*layout))
+    if (f.sweep || wanted(w)) all.push_back(w);
+  if (all.empty()) {
+    std::fprintf(stderr, "pagedattn bench: --workloads '%s' selects nothing (names: W1..W7, "
+                 "T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
+                 "standard, trace, sweep-ctx, sweep-batch, all)\n", f.workloads.c_str());
+    return kExitInvalid;
+  }
+
+  auto dev = cuda::bench::device_summary(0);
+  auto ceiling = cuda::bench::read_ceiling_gbps(
+      0, static_cast<std::size_t>(f.ceiling_gb * 1e9) / 16 * 16, 20);
+  if (!ceiling.ok()) {
+    std::fprintf(stderr, "pagedattn bench: read ceiling: %s\n", ceiling.status().to_string().c_str());
+    return exit_code_for(ceiling.status());
+  }
+  fmt::print("device: {} ({} SMs, L2 {} MB)\n", dev.ok() ? dev->name : "?", dev.ok() ? dev->sms : 0,
+             dev.ok() ? dev->l2_bytes >> 20 : 0);
+  fmt::print("read ceiling: {:.0f} GB/s ({:.1f} GB read with 16-byte loads, median of 20)\n",
+             *ceiling, f.ceiling_gb);
+  fmt::print("timing: CUDA events, median of {} calls after {} warm-up, L2 {}\n\n", f.iters,
+             f.warmup, f.no_flush ? "not flushed" : "flushed before each call");
+  fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {}\n", "workload", "description",
+             "us", "graph us", "GB/s", "%ceil", "splits", "kernel");
+
+  cuda::bench::TimingOptions timing{f.warmup, f.iters, !f.no_flush};
+  std::vector<bench::BenchResult> results;
+  int failures = 0;
+  for (const auto& w : all) {
+    auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed);
+    if (!r.ok()) {
+      fmt::print("{:<18} FAILED: {}\n", w.name, r.status().to_string());
+      ++failures;
+      continue;
+    }
+    fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {}\n", w.name,
+               w.description, r->median_us,
+               r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
+               r->gbps, r->pct_of_ceiling, r->choice.num_splits, to_string(r->choice.kernel));
+    std::fflush(stdout);
+    results.push_back(*r);
+  }
+
+  nlohmann::json j;
+  j["device"] = dev.ok() ? dev->name : "";
+  j["read_ceiling_gbps"] = *ceiling;
+  j["layout"] = f.layout;
+  j["iters"] = f.iters;
+  j["l2_flushed"] = !f.no_flush;
+  for (const auto& r : results) {
+    nlohmann::json row;
+    row["name"] = r.workload.name;
+    row["group"] = r.workload.group;
+    row["description"] = r.workload.description;
+    row["num_seqs"] = r.workload.seq_lens.size();
+    std::int64_t total = 0;
+    for (int l : r.workload.seq_lens) total += l;
+    row["total_kv_tokens"] = total;
+    row["max_seq_len"] = r.workload.seq_lens.empty() ? 0 :
+        *std::max_element(r.workload.seq_lens.begin(), r.workload.seq_lens.end());
+    row["num_heads"] = r.workload.num_heads;
+    row["num_kv_heads"] = r.workload.num_kv_heads;
+    row["head_size"] = r.workload.head_size;
+    row["block_size"] = r.workload.block_size;
+    row["page_pad"] = r.workload.page_pad;
+    row["median_us"] = r.median_us;
+    row["p10_us"] = r.p10_us;
+    row["p90_us"] = r.p90_us;
+    row["graph_median_us"] = r.graph_median_us;
+    row["bytes"] = r.bytes;
+    row["gbps"] = r.gbps;
+    row["pct_of_ceiling"] = r.pct_of_ceiling;
+    row["kernel"] = to_string(r.choice.kernel);
+    row["splits"] = r.choice.num_splits;
+    row["tile_tokens"] = r.choice.tile_tokens;
+    j["results"].push_back(row);
+  }
+  if (!f.json.empty()) {
+    std::ofstream o(f.json);
+    o << j.dump(2) << "\n";
+  }
+  if (!f.csv.empty()) {
+    std::ofstream o(f.csv);
+    o << "name,group,num_seqs,max_seq_len,total_kv_tokens,head_size,block_size,median_us,"
+         "graph_median_us,gbps,pct_of_ceiling,kernel,splits\n";
+    for (const auto& row : j["results"]) {
+      o << row["name"].get<std::string>() << "," << row["group"].get<std::string>() << ","
+        << row["num_seqs"] << "," << row["max_seq_len"] << "," << row["total_kv_tokens"] << ","
+        << row["head_size"] << "," << row["block_size"] << "," << row["median_us"] << ","
+        << row["graph_median_us"] << "," << row["gbps"] << "," << row["pct_of_ceiling"] << ","
+        << row["kernel"].get<std::string>() << "," << row["splits"] << "\n";
+    }
+  }
+  return failures ? kExitInvalid : kExitOk;
+}
+
+}  // namespace
+
+Action register_bench(CLI::App& app) {
+  auto flags = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time decode workloads on the GPU against the "
+                                              "measured read ceiling");
+  cmd->add_option("--device", flags->device, "cuda|auto (the benchmark measures GPU kernels)");
+  cmd->add_option("--layout", flags->layout, "split|nhd|hnd");
+  cmd->add_option("--workloads", flags->workloads,
+                  "comma list of names (W1..W7, T-conv-decode, ...) or groups (standard, trace, "
+                  "sweep-ctx, sweep-batch, all)");
+  cmd->add_flag("--sweep", flags->sweep, "also run the context-length and batch-size sweeps");
+  cmd->add_option("--iters", flags->iters, "timed calls per workload (median reported)");
+  cmd->add_option("--warmup", flags->warmup, "untimed calls first");
+  cmd->add_flag("--no-flush", flags->no_flush, "do not flush L2 before each call");
+  cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
+  cmd->add_option("--csv", flags->csv, "write results as CSV");
+  cmd->add_option("--json", flags->json, "write results as JSON");
+  cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths");
+  return [flags] { return run_bench(*flags); };
+}
+
+}  // namespace pagedattn::cli
