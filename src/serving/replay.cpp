@@ -1,0 +1,1264 @@
+// The serving loop of `pagedattn run`: block allocator, token-budget scheduler with chunked
+// prefill, and the replay that drives write_kv + plan/run attention step by step and checks
+// the results against the oracle.
+#include "src/serving/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+
+#if defined(__unix__)
+#include <unistd.h>
+#endif
+
+#include "pagedattn/pagedattn.h"
+#include "src/core/numeric.h"
+#include "src/cuda/cuda_backend.h"
+#include "src/testing/harness.h"
+
+namespace pagedattn::serving {
+namespace {
+
+constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
+
+Status invalid(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message));
+}
+Status internal(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
+
+// A library call failed inside a step: keep its code (kDeviceUnavailable must stay exit 3) and
+// say where it happened.
+Status in_step(std::int64_t step, const char* what, const Status& status) {
+  return Status(status.code(), fmt::format("step {}: {}: {}", step, what, status.message()));
+}
+
+// ---- deterministic pseudo-random numbers (portable: no std distributions) ----
+
+constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+// SplitMix64 finaliser: a bijective 64-bit mix.
+std::uint64_t mix64(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// SplitMix64 generator for the free-list permutation and the row samples.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(mix64(seed ^ 0x5EEDull)) {}
+  std::uint64_t next() { return mix64(state_ += kGolden); }
+  // Uniform in [0, n), n >= 1 (modulo bias below 2^-40 for the sizes used here).
+  std::uint64_t below(std::uint64_t n) { return next() % n; }
+
+ private:
+  std::uint64_t state_;
+};
+
+// Q/K/V values are a pure function of (seed, stream, request, position, element): the K/V a
+// request writes for a position are the same whichever step writes them, and the finish-time
+// cache check can regenerate them.
+enum class Stream : std::uint64_t { kQuery = 1, kKey = 2, kValue = 3 };
+
+std::uint64_t row_key(std::uint64_t seed, Stream stream, std::int64_t request, std::int64_t pos) {
+  std::uint64_t h = mix64(seed ^ (static_cast<std::uint64_t>(stream) * kGolden));
+  h = mix64(h ^ (static_cast<std::uint64_t>(request) * 0xD6E8FEB86659FD93ull));
+  return mix64(h ^ static_cast<std::uint64_t>(pos));
+}
+
+// Uniform in [-1, 1) on a grid of 2^-23: exactly representable in fp32.
+float element_value(std::uint64_t key, std::int64_t index) {
+  const std::uint64_t v = mix64(key + static_cast<std::uint64_t>(index + 1) * kGolden);
+  return static_cast<float>(static_cast<std::int64_t>(v >> 40)) * 0x1p-23f - 1.0f;
+}
+
+// Write `n` values of row `key` into `base` (dtype) from element `offset`, rounded to dtype.
+void fill_row(void* base, DType dtype, std::int64_t offset, std::uint64_t key, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    numeric::store_from_float(base, dtype, offset + i, element_value(key, i));
+  }
+}
+
+// Bytes of one NaN element of `dtype` (the poison pattern for unused memory, DESIGN.md §2).
+std::vector<unsigned char> nan_pattern(DType dtype) {
+  std::vector<unsigned char> bytes(dtype_size(dtype));
+  numeric::store_from_float(bytes.data(), dtype, 0, std::numeric_limits<float>::quiet_NaN());
+  return bytes;
+}
+
+void fill_pattern(unsigned char* dst, std::size_t bytes,
+                  const std::vector<unsigned char>& pattern) {
+  const std::size_t es = pattern.size();
+  for (std::size_t i = 0; i + es <= bytes; i += es) std::memcpy(dst + i, pattern.data(), es);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- device memory ----
+
+// Owner of one CUDA allocation that grows on demand (per-step tensors keep their capacity).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { release(); }
+
+  Status reserve(std::size_t bytes) {
+    if (bytes <= capacity_ && ptr_ != nullptr) return Status::Ok();
+    release();
+    Result<void*> ptr = cuda::device_malloc(std::max<std::size_t>(bytes, 1));
+    if (!ptr.ok()) return ptr.status();
+    ptr_ = *ptr;
+    capacity_ = std::max<std::size_t>(bytes, 1);
+    return Status::Ok();
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void release() {
+    if (ptr_ != nullptr) cuda::device_free(ptr_);
+    ptr_ = nullptr;
+    capacity_ = 0;
+  }
+  void* ptr_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+// A per-step tensor: host bytes, plus a device copy when the replay runs on CUDA.
+struct StepBuffer {
+  std::vector<unsigned char> host;
+  DeviceMemory device;
+
+  void resize(std::size_t bytes) { host.resize(bytes); }
+  // The memory the compute device reads: the host bytes on the CPU, the device copy on CUDA.
+  Status upload(bool on_cuda) {
+    if (!on_cuda || host.empty()) return Status::Ok();
+    PAGEDATTN_RETURN_IF_ERROR(device.reserve(host.size()));
+    return cuda::copy_to_device(device.get(), host.data(), host.size());
+  }
+  Status download(bool on_cuda) {
+    if (!on_cuda || host.empty()) return Status::Ok();
+    return cuda::copy_to_host(host.data(), device.get(), host.size());
+  }
+  void* data(bool on_cuda) { return on_cuda ? device.get() : host.data(); }
+  template <class T>
+  T* as() {
+    return reinterpret_cast<T*>(host.data());
+  }
+};
+
+// Element offset of (block, offset in block, kv head, dim) in a cache tensor of `layout`,
+// from the tensor's own strides (so padded pages are addressed as the kernels must).
+std::int64_t cache_offset(const TensorView& t, KVLayout layout, bool is_key, std::int32_t x,
+                          std::int64_t block, std::int64_t offset, std::int64_t head,
+                          std::int64_t dim) {
+  switch (layout) {
+    case KVLayout::kNHD:
+      return block * t.stride(0) + offset * t.stride(1) + head * t.stride(2) + dim * t.stride(3);
+    case KVLayout::kHND:
+      return block * t.stride(0) + head * t.stride(1) + offset * t.stride(2) + dim * t.stride(3);
+    case KVLayout::kSplit:
+      if (is_key) {
+        return block * t.stride(0) + head * t.stride(1) + (dim / x) * t.stride(2) +
+               offset * t.stride(3) + (dim % x) * t.stride(4);
+      }
+      return block * t.stride(0) + head * t.stride(1) + dim * t.stride(2) + offset * t.stride(3);
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ============================================================================== presets
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = {
+      {"llama-3.2-1b", 32, 8, 64, 16, 0, "Llama 3.2 1B: 32 query / 8 KV heads, head 64, block 16"},
+      {"llama-3.1-8b", 32, 8, 128, 16, 0,
+       "Llama 3.1 8B: 32 query / 8 KV heads, head 128, block 16"},
+      // Hybrid attention/Mamba models (Jamba) share one page size between attention blocks and
+      // Mamba state, so attention blocks are large (vLLM uses 2048 for Jamba) and pages carry
+      // padding: the block stride exceeds the block's elements. 4096 padding elements keep
+      // every block 16-byte aligned for every dtype (fp8 included).
+      {"jamba-hybrid", 32, 8, 128, 2048, 4096,
+       "Jamba-style hybrid layer: 32 query / 8 KV heads, head 128, block 2048, pages padded by "
+       "4096 elements"},
+  };
+  return presets;
+}
+
+Result<ModelPreset> find_model_preset(const std::string& name) {
+  std::string names;
+  for (const ModelPreset& p : model_presets()) {
+    if (p.name == name) return p;
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
+  }
+  return invalid(fmt::format("--model '{}': expected one of {}", name, names));
+}
+
+const char* to_string(DeviceChoice choice) {
+  switch (choice) {
+    case DeviceChoice::kAuto: return "auto";
+    case DeviceChoice::kCPU: return "cpu";
+    case DeviceChoice::kCUDA: return "cuda";
+  }
+  return "unknown";
+}
+
+Result<DeviceChoice> parse_device_choice(const std::string& name) {
+  if (name == "auto") return DeviceChoice::kAuto;
+  if (name == "cpu") return DeviceChoice::kCPU;
+  if (name == "cuda") return DeviceChoice::kCUDA;
+  return invalid(fmt::format("--device '{}': expected cpu, cuda or auto", name));
+}
+
+Result<std::optional<DType>> parse_kv_dtype(const std::string& name) {
+  if (name == "auto") return std::optional<DType>();
+  if (name == "fp8_e4m3") return std::optional<DType>(DType::kFloat8E4M3);
+  if (name == "fp8_e5m2") return std::optional<DType>(DType::kFloat8E5M2);
+  return invalid(fmt::format("--kv-dtype '{}': expected auto, fp8_e4m3 or fp8_e5m2", name));
+}
+
+const char* to_string(FaultInjection fault) {
+  switch (fault) {
+    case FaultInjection::kNone: return "none";
+    case FaultInjection::kOutput: return "output";
+    case FaultInjection::kCache: return "cache";
+  }
+  return "unknown";
+}
+
+Result<FaultInjection> parse_fault_injection(const std::string& name) {
+  if (name == "none") return FaultInjection::kNone;
+  if (name == "output") return FaultInjection::kOutput;
+  if (name == "cache") return FaultInjection::kCache;
+  return invalid(fmt::format("--inject-fault '{}': expected none, output or cache", name));
+}
+
+// ============================================================================== allocator
+
+Result<BlockAllocator> BlockAllocator::create(std::int64_t num_blocks, std::uint64_t seed) {
+  if (num_blocks < 1 || num_blocks > kMaxInt32) {
+    return invalid(fmt::format("block pool: num_blocks = {}: expected 1 .. {}", num_blocks,
+                               kMaxInt32));
+  }
+  BlockAllocator a;
+  a.ring_.resize(static_cast<std::size_t>(num_blocks));
+  std::iota(a.ring_.begin(), a.ring_.end(), 0);
+  // Fisher-Yates with our own generator: the same permutation on every platform.
+  Rng rng(seed);
+  for (std::int64_t i = num_blocks - 1; i > 0; --i) {
+    const auto j = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(i + 1)));
+    std::swap(a.ring_[i], a.ring_[j]);
+  }
+  a.in_use_.assign(static_cast<std::size_t>(num_blocks), 0);
+  return a;
+}
+
+Result<std::int32_t> BlockAllocator::allocate() {
+  if (num_free() == 0) {
+    return invalid(fmt::format("out of KV-cache blocks: all {} in use", num_blocks()));
+  }
+  const std::int32_t block = ring_[head_];
+  head_ = (head_ + 1) % num_blocks();
+  in_use_[block] = 1;
+  ++num_used_;
+  peak_used_ = std::max(peak_used_, num_used_);
+  return block;
+}
+
+Status BlockAllocator::free(std::int32_t block) {
+  if (block < 0 || block >= num_blocks()) {
+    return invalid(fmt::format("free: block {} is outside the pool [0, {})", block, num_blocks()));
+  }
+  if (!in_use_[block]) return invalid(fmt::format("free: block {} is not allocated", block));
+  // The free ids occupy ring_[head_ .. head_ + num_free()) (mod size); the slot after them is
+  // the back of the queue.
+  ring_[(head_ + num_free()) % num_blocks()] = block;
+  in_use_[block] = 0;
+  --num_used_;
+  return Status::Ok();
+}
+
+bool BlockAllocator::is_allocated(std::int32_t block) const {
+  return block >= 0 && block < num_blocks() && in_use_[block] != 0;
+}
+
+// ============================================================================== scheduler
+
+Result<Scheduler> Scheduler::create(const SchedulerConfig& config,
+                                    std::vector<RequestSpec> requests, BlockAllocator* allocator) {
+  if (allocator == nullptr) return invalid("scheduler: allocator is null");
+  if (config.token_budget < 1 || config.token_budget > kMaxInt32) {
+    return invalid(fmt::format("--token-budget {}: expected 1 .. {}", config.token_budget,
+                               kMaxInt32));
+  }
+  if (config.max_seqs < 1) {
+    return invalid(fmt::format("--max-seqs {}: expected >= 1", config.max_seqs));
+  }
+  if (config.block_size < 1) {
+    return invalid(fmt::format("--block-size {}: expected >= 1", config.block_size));
+  }
+  Scheduler s;
+  s.config_ = config;
+  s.allocator_ = allocator;
+  s.requests_.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const RequestSpec& spec = requests[i];
+    if (spec.prompt_tokens < 1 || spec.output_tokens < 1) {
+      return invalid(fmt::format("request {}: prompt {} / output {} tokens: both must be >= 1", i,
+                                 spec.prompt_tokens, spec.output_tokens));
+    }
+    if (spec.final_kv_tokens() > kMaxInt32) {
+      return invalid(fmt::format("request {}: {} KV tokens exceed the int32 seq_lens range", i,
+                                 spec.final_kv_tokens()));
+    }
+    const std::int64_t need = s.blocks_for(spec.final_kv_tokens());
+    if (need > allocator->num_blocks()) {
+      return invalid(fmt::format(
+          "--num-blocks {}: request {} (prompt {} + output {} tokens) needs {} blocks of {} "
+          "tokens and could never run; use at least {}",
+          allocator->num_blocks(), i, spec.prompt_tokens, spec.output_tokens, need,
+          config.block_size, need));
+    }
+    RequestState state;
+    state.spec = spec;
+    s.requests_.push_back(std::move(state));
+  }
+  return s;
+}
+
+std::int64_t Scheduler::blocks_for(std::int64_t tokens) const {
+  return (tokens + config_.block_size - 1) / config_.block_size;
+}
+
+Status Scheduler::grow_blocks(RequestState& r, std::int64_t tokens) {
+  while (static_cast<std::int64_t>(r.blocks.size()) < blocks_for(tokens)) {
+    Result<std::int32_t> block = allocator_->allocate();
+    if (!block.ok()) {
+      return internal("scheduler: allocation failed despite admission control: " +
+                      block.status().message());
+    }
+    r.blocks.push_back(*block);
+  }
+  return Status::Ok();
+}
+
+bool Scheduler::finishes(const ScheduledSeq& seq) const {
+  const RequestState& r = requests_[seq.request];
+  if (seq.prefill) {
+    return seq.context_len + seq.query_len == r.spec.prompt_tokens && r.spec.output_tokens == 1;
+  }
+  return r.generated + 1 == r.spec.output_tokens;
+}
+
+Result<StepBatch> Scheduler::schedule() {
+  if (batch_outstanding_) return internal("scheduler: schedule() before complete()");
+  if (done()) return internal("scheduler: schedule() after every request finished");
+  StepBatch batch;
+  batch.step = next_step_;
+  std::int64_t budget = config_.token_budget;
+
+  // (1) Decodes first: they are latency-critical and cost one token each.
+  for (const std::int32_t id : running_) {
+    if (budget == 0) break;
+    RequestState& r = requests_[id];
+    if (r.phase != RequestPhase::kDecode) continue;
+    batch.seqs.push_back({id, r.computed, 1, false});
+    --budget;
+  }
+  // (2) Continue partial prefills, oldest first.
+  for (const std::int32_t id : running_) {
+    if (budget == 0) break;
+    RequestState& r = requests_[id];
+    if (r.phase != RequestPhase::kPrefill) continue;
+    const std::int64_t chunk = std::min(budget, r.spec.prompt_tokens - r.computed);
+    batch.seqs.push_back({id, r.computed, static_cast<std::int32_t>(chunk), true});
+    budget -= chunk;
+  }
+  // (3) Admit in arrival order. Stop at the first request that does not fit: admitting a
+  // later, smaller one would starve the head of the queue.
+  while (budget > 0 && next_waiting_ < num_requests() &&
+         num_running() < static_cast<std::int64_t>(config_.max_seqs)) {
+    const auto id = static_cast<std::int32_t>(next_waiting_);
+    RequestState& r = requests_[id];
+    const std::int64_t need = blocks_for(r.spec.final_kv_tokens());
+    if (reserved_blocks_ + need > allocator_->num_blocks()) {
+      batch.admission_blocked_by_memory = true;
+      break;
+    }
+    reserved_blocks_ += need;
+    r.phase = RequestPhase::kPrefill;
+    r.admitted_step = next_step_;
+    running_.push_back(id);
+    ++next_waiting_;
+    ++batch.num_admitted;
+    const std::int64_t chunk = std::min(budget, r.spec.prompt_tokens);
+    batch.seqs.push_back({id, 0, static_cast<std::int32_t>(chunk), true});
+    budget -= chunk;
+  }
+  peak_running_ = std::max(peak_running_, num_running());
+  if (batch.seqs.empty()) {
+    return internal(fmt::format("scheduler: step {} scheduled nothing ({} running, {} waiting)",
+                                next_step_, num_running(), num_waiting()));
+  }
+  // Blocks for the new tokens; reservation guarantees they exist.
+  for (const ScheduledSeq& seq : batch.seqs) {
+    PAGEDATTN_RETURN_IF_ERROR(grow_blocks(requests_[seq.request], seq.context_len + seq.query_len));
+    batch.num_tokens += seq.query_len;
+    (seq.prefill ? batch.num_prefill : batch.num_decode) += 1;
+  }
+  batch_outstanding_ = true;
+  ++next_step_;
+  return batch;
+}
+
+Result<StepOutcome> Scheduler::complete(const StepBatch& batch) {
+  if (!batch_outstanding_ || batch.step + 1 != next_step_) {
+    return internal(fmt::format("scheduler: complete() of step {} which is not outstanding",
+                                batch.step));
+  }
+  StepOutcome outcome;
+  for (const ScheduledSeq& seq : batch.seqs) {
+    RequestState& r = requests_[seq.request];
+    if (r.computed != seq.context_len) {
+      return internal(fmt::format("scheduler: request {} has {} tokens cached, batch says {}",
+                                  seq.request, r.computed, seq.context_len));
+    }
+    r.computed += seq.query_len;
+    if (seq.prefill) {
+      // The step that processes the last prompt token samples the first output token.
+      if (r.computed == r.spec.prompt_tokens) {
+        r.generated = 1;
+        r.phase = RequestPhase::kDecode;
+      }
+    } else {
+      ++r.generated;
+    }
+    if (r.generated == r.spec.output_tokens) {
+      r.phase = RequestPhase::kFinished;
+      r.finished_step = batch.step;
+      // Last block first: the tail of a sequence is the least likely to be shared, so it
+      // should be the first to be reused (vLLM frees in reverse order for the same reason).
+      for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) {
+        PAGEDATTN_RETURN_IF_ERROR(allocator_->free(*it));
+        outcome.freed_blocks.push_back(*it);
+      }
+      r.blocks.clear();
+      r.blocks.shrink_to_fit();
+      reserved_blocks_ -= blocks_for(r.spec.final_kv_tokens());
+      outcome.finished.push_back(seq.request);
+      ++num_finished_;
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [&](std::int32_t id) {
+                                  return requests_[id].phase == RequestPhase::kFinished;
+                                }),
+                 running_.end());
+  batch_outstanding_ = false;
+  return outcome;
+}
+
+// ============================================================================== replay
+
+namespace {
+
+// The replay of one configuration: owns the cache, the per-step tensors and the statistics.
+class Replay {
+ public:
+  Replay(const ReplayConfig& config, const Trace& trace, const ProgressFn& progress)
+      : config_(config), trace_(trace), progress_(progress) {}
+
+  Result<ReplayReport> run();
+
+ private:
+  Status setup();
+  Status run_step(const StepBatch& batch);
+  Status verify_rows(const StepBatch& batch);
+  Status check_request_cache(const ScheduledSeq& seq, std::int64_t step);
+  Status mirror_blocks(const std::vector<std::int32_t>& blocks, std::int64_t num_tokens);
+  Status poison_blocks(const std::vector<std::int32_t>& blocks);
+  Status corrupt_cache(std::int64_t slot);
+  void record_failure(std::string what);
+
+  const ReplayConfig& config_;
+  const Trace& trace_;
+  const ProgressFn& progress_;
+  std::chrono::steady_clock::time_point t0_;
+  ReplayReport report_;
+
+  // Geometry.
+  bool on_cuda_ = false;
+  Device device_{};
+  int num_heads_ = 0;
+  int num_kv_heads_ = 0;
+  int head_size_ = 0;
+  int block_size_ = 0;
+  DType dtype_ = DType::kBFloat16;
+  DType cache_dtype_ = DType::kBFloat16;
+  std::int32_t x_ = 0;
+  float scale_ = 0;
+  testing::Tolerance tol_;
+
+  // Requests and the serving state.
+  std::vector<RequestSpec> specs_;
+  std::optional<BlockAllocator> allocator_;
+  std::optional<Scheduler> scheduler_;
+
+  // The cache: host_cache_ views host memory (the cache itself on the CPU, a mirror refreshed
+  // block by block on CUDA); cache_ views the memory attention reads.
+  std::vector<unsigned char> host_k_, host_v_;
+  DeviceMemory dev_k_, dev_v_;
+  KVCache cache_;
+  KVCache host_cache_;
+  std::vector<unsigned char> nan_;  // one NaN element of the cache dtype
+
+  // Per-step tensors.
+  StepBuffer query_, key_, value_, out_, lse_, slots_, block_table_, seq_lens_, qsl_;
+  std::vector<unsigned char> cpu_workspace_;
+  DeviceMemory dev_workspace_;
+  std::int64_t table_width_ = 0;
+  std::uint64_t sample_rng_seed_ = 0;
+};
+
+void Replay::record_failure(std::string what) {
+  if (report_.first_failure.empty()) report_.first_failure = std::move(what);
+  report_.pass = false;
+}
+
+Status Replay::setup() {
+  const ReplayConfig& c = config_;
+  // ---- flags
+  if (c.requests < 1) return invalid(fmt::format("--requests {}: expected >= 1", c.requests));
+  if (c.max_prompt < 1) return invalid(fmt::format("--max-prompt {}: expected >= 1", c.max_prompt));
+  if (c.max_output < 1) return invalid(fmt::format("--max-output {}: expected >= 1", c.max_output));
+  if (c.max_prompt > kMaxInt32 || c.max_output > kMaxInt32) {
+    return invalid("--max-prompt / --max-output: expected < 2^31");
+  }
+  if (c.verify_rows < 0) {
+    return invalid(fmt::format("--verify-rows {}: expected >= 0", c.verify_rows));
+  }
+  if (c.block_size < 0) {
+    return invalid(fmt::format("--block-size {}: expected >= 1 (0 = the model's)", c.block_size));
+  }
+  if (c.num_blocks < 0) {
+    return invalid(fmt::format("--num-blocks {}: expected >= 1 (0 = auto)", c.num_blocks));
+  }
+  if (c.page_pad < -1) {
+    return invalid(fmt::format("--page-pad {}: expected >= 0 (-1 = the model's)", c.page_pad));
+  }
+  if (c.max_model_len < 0) {
+    return invalid(fmt::format("--max-model-len {}: expected >= 1 (0 = auto)", c.max_model_len));
+  }
+  if (c.threads < 0) return invalid(fmt::format("--threads {}: expected >= 0", c.threads));
+  if (c.dtype != DType::kFloat32 && c.dtype != DType::kFloat16 && c.dtype != DType::kBFloat16) {
+    return invalid(fmt::format("--dtype {}: expected fp32, fp16 or bf16 (fp8 is a --kv-dtype)",
+                               to_string(c.dtype)));
+  }
+  if (c.kv_dtype && !is_fp8(*c.kv_dtype)) {
+    return invalid(fmt::format("--kv-dtype {}: expected auto, fp8_e4m3 or fp8_e5m2",
+                               to_string(*c.kv_dtype)));
+  }
+  Result<ModelPreset> preset = find_model_preset(c.model);
+  if (!preset.ok()) return preset.status();
+  ModelPreset model = *preset;
+  if (c.block_size > 0) model.block_size = c.block_size;
+  if (c.page_pad >= 0) model.page_pad = c.page_pad;
+  num_heads_ = model.num_heads;
+  num_kv_heads_ = model.num_kv_heads;
+  head_size_ = model.head_size;
+  block_size_ = model.block_size;
+  dtype_ = c.dtype;
+  cache_dtype_ = c.kv_dtype ? *c.kv_dtype : c.dtype;
+  tol_ = testing::tolerance_for(dtype_, cache_dtype_);
+  // Random Q/K at the model's scale give logits with a standard deviation of about 1/3: nearly
+  // uniform attention, under which a missing or extra key moves an output by less than the
+  // tolerance. The test harness's boost makes attention peaked, as a real model's is, so that
+  // such faults show (same constant as the GoogleTest cases).
+  scale_ = testing::kDefaultScaleBoost * default_scale(head_size_);
+
+  // ---- requests: the first N records, in arrival order, lengths clipped
+  const auto available = static_cast<std::int64_t>(trace_.records.size());
+  if (c.requests > available) {
+    return invalid(fmt::format("--requests {}: trace '{}' has only {} records", c.requests,
+                               trace_.name, available));
+  }
+  std::vector<TraceRecord> records(trace_.records.begin(), trace_.records.begin() + c.requests);
+  // Stable: equal timestamps (Mooncake has many) keep file order.
+  std::stable_sort(records.begin(), records.end(), [](const TraceRecord& a, const TraceRecord& b) {
+    return a.arrival_s < b.arrival_s;
+  });
+  const std::int64_t max_model_len =
+      c.max_model_len > 0 ? c.max_model_len : c.max_prompt + c.max_output;
+  std::int64_t total_blocks = 0;
+  std::int64_t max_need = 0;
+  specs_.clear();
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const TraceRecord& rec = records[i];
+    RequestSpec spec;
+    // A length of 0 (absent from the shipped traces) is raised to 1: every request needs a
+    // prompt token to prefill and produces at least one token. Counted as clipped.
+    spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
+    spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
+    report_.prompts_clipped += spec.prompt_tokens != rec.prompt_tokens;
+    report_.outputs_clipped += spec.output_tokens != rec.output_tokens;
+    report_.trace_prompt_tokens += rec.prompt_tokens;
+    report_.trace_output_tokens += rec.output_tokens;
+    if (spec.prompt_tokens + spec.output_tokens > max_model_len) {
+      return invalid(fmt::format(
+          "--max-model-len {}: request {} has {} prompt + {} output tokens; use at least {}",
+          max_model_len, i, spec.prompt_tokens, spec.output_tokens,
+          spec.prompt_tokens + spec.output_tokens));
+    }
+    const std::int64_t need = (spec.final_kv_tokens() + block_size_ - 1) / block_size_;
+    total_blocks += need;
+    max_need = std::max(max_need, need);
+    specs_.push_back(spec);
+  }
+  // Auto pool: see ReplayConfig::num_blocks.
+  const std::int64_t num_blocks =
+      c.num_blocks > 0 ? c.num_blocks
+                       : std::min(total_blocks, std::max(2 * max_need, (total_blocks + 1) / 2));
+
+  // ---- device
+  Device device = Device::cpu();
+  if (c.device == DeviceChoice::kCUDA) {
+    Result<DeviceInfo> info = query_device(Device::cuda(0));
+    if (!info.ok()) {
+      return Status(info.status().code(),
+                    "--device cuda: " + info.status().message());
+    }
+    device = Device::cuda(0);
+  } else if (c.device == DeviceChoice::kAuto) {
+    if (query_device(Device::cuda(0)).ok()) device = Device::cuda(0);
+  }
+  Result<DeviceInfo> info = query_device(device);
+  if (!info.ok()) return info.status();
+  on_cuda_ = device.type == DeviceType::kCUDA;
+  device_ = device;
+
+  // ---- cache: NaN everywhere, so that a read of memory the math must not use shows up
+  KVCacheSpec spec;
+  spec.layout = c.layout;
+  spec.num_blocks = num_blocks;
+  spec.block_size = block_size_;
+  spec.num_kv_heads = num_kv_heads_;
+  spec.head_size = head_size_;
+  spec.dtype = cache_dtype_;
+  spec.page_pad = model.page_pad;
+  Result<std::int64_t> elements = kv_cache_elements(spec);
+  if (!elements.ok()) return elements.status();
+  const std::size_t es = dtype_size(cache_dtype_);
+  const auto cache_bytes = static_cast<std::size_t>(*elements) * es;
+  // The host holds K and V (the cache itself, or the CUDA run's mirror). Refuse sizes that
+  // would only end in the out-of-memory killer, with the flag to change.
+  const double host_bytes = 2.0 * static_cast<double>(*elements) * static_cast<double>(es);
+#if defined(__unix__)
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) {
+    const double physical = static_cast<double>(pages) * static_cast<double>(page_size);
+    if (host_bytes > 0.8 * physical) {
+      return invalid(fmt::format(
+          "--num-blocks {}: the KV cache needs {:.1f} GiB of host memory (K+V), more than 80% of "
+          "this machine's {:.1f} GiB",
+          num_blocks, host_bytes / 1073741824.0, physical / 1073741824.0));
+    }
+  }
+#endif
+  // fp8 caches use power-of-two scales: they exercise the scale path in every reader, while
+  // x / s and x * (1 / s) stay equal, so writer and checks agree bit for bit.
+  const float k_scale = is_fp8(cache_dtype_) ? 0.5f : 1.0f;
+  const float v_scale = is_fp8(cache_dtype_) ? 0.25f : 1.0f;
+  nan_ = nan_pattern(cache_dtype_);
+  host_k_.resize(cache_bytes);
+  host_v_.resize(cache_bytes);
+  fill_pattern(host_k_.data(), cache_bytes, nan_);
+  fill_pattern(host_v_.data(), cache_bytes, nan_);
+  Result<KVCache> host_cache =
+      make_kv_cache(spec, host_k_.data(), host_v_.data(), Device::cpu(), k_scale, v_scale);
+  if (!host_cache.ok()) return host_cache.status();
+  host_cache_ = *host_cache;
+  if (on_cuda_) {
+    PAGEDATTN_RETURN_IF_ERROR(dev_k_.reserve(cache_bytes));
+    PAGEDATTN_RETURN_IF_ERROR(dev_v_.reserve(cache_bytes));
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_k_.get(), host_k_.data(), cache_bytes));
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_v_.get(), host_v_.data(), cache_bytes));
+    Result<KVCache> dev_cache =
+        make_kv_cache(spec, dev_k_.get(), dev_v_.get(), device, k_scale, v_scale);
+    if (!dev_cache.ok()) return dev_cache.status();
+    cache_ = *dev_cache;
+  } else {
+    cache_ = host_cache_;
+  }
+  Result<KVCacheGeometry> geometry = describe_kv_cache(host_cache_);
+  if (!geometry.ok()) return geometry.status();
+  x_ = geometry->x;
+
+  // ---- allocator and scheduler
+  Result<BlockAllocator> allocator = BlockAllocator::create(num_blocks, c.seed);
+  if (!allocator.ok()) {
+    return invalid(fmt::format("--num-blocks {}: {}", num_blocks, allocator.status().message()));
+  }
+  allocator_.emplace(std::move(allocator).value());
+  SchedulerConfig sc;
+  sc.token_budget = c.token_budget;
+  sc.max_seqs = c.max_seqs;
+  sc.block_size = block_size_;
+  Result<Scheduler> scheduler = Scheduler::create(sc, specs_, &*allocator_);
+  if (!scheduler.ok()) return scheduler.status();
+  scheduler_.emplace(std::move(scheduler).value());
+  sample_rng_seed_ = mix64(c.seed ^ 0xC0FFEEull);
+
+  // ---- report header
+  ReplayReport& r = report_;
+  r.device = to_string(device);
+  r.device_name = info->name;
+  r.trace_name = trace_.name;
+  r.trace_path = trace_.path;
+  r.trace_format = trace_.format;
+  r.trace_records = available;
+  r.requests = c.requests;
+  r.model = model;
+  r.layout = c.layout;
+  r.dtype = dtype_;
+  r.kv_dtype = cache_dtype_;
+  r.k_scale = k_scale;
+  r.v_scale = v_scale;
+  r.num_blocks = num_blocks;
+  r.num_blocks_auto = c.num_blocks == 0;
+  r.cache_bytes = static_cast<std::int64_t>(cache_bytes) * 2;
+  r.token_budget = c.token_budget;
+  r.max_seqs = c.max_seqs;
+  r.max_prompt = c.max_prompt;
+  r.max_output = c.max_output;
+  r.max_model_len = max_model_len;
+  r.seed = c.seed;
+  // The thread count the CPU backend will use (PlanOptions: 0 = every hardware thread).
+  r.threads = c.threads > 0 ? c.threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  r.verified = c.verify_rows > 0;
+  r.softmax_scale = scale_;
+  r.atol = tol_.atol;
+  r.rtol = tol_.rtol;
+  r.contiguous_blocks_per_request = (max_model_len + block_size_ - 1) / block_size_;
+  r.contiguous_max_running = num_blocks / r.contiguous_blocks_per_request;
+  return Status::Ok();
+}
+
+Status Replay::mirror_blocks(const std::vector<std::int32_t>& blocks, std::int64_t num_tokens) {
+  if (!on_cuda_) return Status::Ok();
+  const std::size_t es = dtype_size(cache_dtype_);
+  const std::int64_t used = (num_tokens + block_size_ - 1) / block_size_;
+  for (std::int64_t j = 0; j < used; ++j) {
+    const std::int64_t b = blocks[j];
+    // A whole page (padding included): the stride is what separates blocks.
+    for (const auto& [host, dev, view] :
+         {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
+          std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
+                          &cache_.value)}) {
+      const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+      PAGEDATTN_RETURN_IF_ERROR(
+          cuda::copy_to_host(host + b * page, dev + b * page, page));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
+  // Freed blocks go back to NaN: a kernel that reads past a sequence's end into a reused block
+  // then reads NaN instead of a finished request's plausible stale values.
+  const std::size_t es = dtype_size(cache_dtype_);
+  for (const std::int32_t b : blocks) {
+    for (const auto& [host, dev, view] :
+         {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
+          std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
+                          &cache_.value)}) {
+      const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+      unsigned char* dst = host + static_cast<std::size_t>(b) * page;
+      fill_pattern(dst, page, nan_);
+      if (on_cuda_) {
+        PAGEDATTN_RETURN_IF_ERROR(
+            cuda::copy_to_device(dev + static_cast<std::size_t>(b) * page, dst, page));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Replay::corrupt_cache(std::int64_t slot) {
+  const std::int64_t off = cache_offset(host_cache_.key, host_cache_.layout, /*is_key=*/true, x_,
+                                        slot / block_size_, slot % block_size_, 0, 0);
+  const std::size_t es = dtype_size(cache_dtype_);
+  auto* host = static_cast<unsigned char*>(host_cache_.key.data);
+  if (on_cuda_) {
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(
+        host + off * static_cast<std::int64_t>(es),
+        static_cast<unsigned char*>(cache_.key.data) + off * static_cast<std::int64_t>(es), es));
+  }
+  // Written values lie in [-1, 1] (fp8: scaled into [-2, 2]); 7 is none of them.
+  numeric::store_from_float(host, cache_dtype_, off, 7.0f);
+  if (on_cuda_) {
+    return cuda::copy_to_device(
+        static_cast<unsigned char*>(cache_.key.data) + off * static_cast<std::int64_t>(es),
+        host + off * static_cast<std::int64_t>(es), es);
+  }
+  return Status::Ok();
+}
+
+Status Replay::check_request_cache(const ScheduledSeq& seq, std::int64_t step) {
+  // Every K/V element of the request, compared bit for bit with what write_kv had to store:
+  // catches writer bugs and any block shared with, or overwritten by, another request during
+  // this request's life (corruption persists until the finish, when this runs).
+  const std::int32_t request = seq.request;
+  const RequestState& r = scheduler_->request(request);
+  // complete() has not run: the tokens of this, the last, step are in the cache but not yet
+  // counted in r.computed.
+  const std::int64_t tokens = seq.context_len + seq.query_len;
+  PAGEDATTN_RETURN_IF_ERROR(mirror_blocks(r.blocks, tokens));
+  const std::size_t es = dtype_size(cache_dtype_);
+  const std::int64_t row = static_cast<std::int64_t>(num_kv_heads_) * head_size_;
+  std::vector<unsigned char> rounded(static_cast<std::size_t>(row) * dtype_size(dtype_));
+  unsigned char expected[4];
+  for (std::int64_t pos = 0; pos < tokens; ++pos) {
+    const std::int64_t block = r.blocks[pos / block_size_];
+    const std::int64_t offset = pos % block_size_;
+    for (int kv = 0; kv < 2; ++kv) {
+      const bool is_key = kv == 0;
+      const TensorView& view = is_key ? host_cache_.key : host_cache_.value;
+      const float scale = is_key ? host_cache_.k_scale : host_cache_.v_scale;
+      const unsigned char* base = static_cast<const unsigned char*>(view.data);
+      fill_row(rounded.data(), dtype_,
+               0, row_key(config_.seed, is_key ? Stream::kKey : Stream::kValue, request, pos),
+               row);
+      for (int h = 0; h < num_kv_heads_; ++h) {
+        for (int d = 0; d < head_size_; ++d) {
+          float v = numeric::load_as_float(rounded.data(), dtype_,
+                                           static_cast<std::int64_t>(h) * head_size_ + d);
+          if (is_fp8(cache_dtype_)) v /= scale;
+          numeric::store_from_float(expected, cache_dtype_, 0, v);
+          const std::int64_t off = cache_offset(view, host_cache_.layout, is_key, x_, block,
+                                                offset, h, d);
+          if (std::memcmp(base + off * static_cast<std::int64_t>(es), expected, es) != 0) {
+            ++report_.cache_mismatches;
+            if (report_.first_failure.empty()) {
+              record_failure(fmt::format(
+                  "step {}: cache of request {} differs from what was written: {} position {} "
+                  "(physical block {}, offset {}) kv head {} dim {}: stored {} expected {}",
+                  step, request, is_key ? "key" : "value", pos, block, offset, h, d,
+                  numeric::load_as_float(base, cache_dtype_, off),
+                  numeric::load_as_float(expected, cache_dtype_, 0)));
+            }
+            report_.pass = false;
+          }
+        }
+      }
+    }
+  }
+  report_.cache_tokens_checked += tokens;
+  return Status::Ok();
+}
+
+Status Replay::verify_rows(const StepBatch& batch) {
+  const std::int64_t T = batch.num_tokens;
+  const std::int32_t* qsl = qsl_.as<std::int32_t>();
+  const std::int64_t n_want = std::min<std::int64_t>(config_.verify_rows, T);
+  Rng rng(sample_rng_seed_ ^ mix64(static_cast<std::uint64_t>(batch.step) + 1));
+
+  // ---- the sample: one decode row and one prefill row when the step has them (the two code
+  // paths of a mixed batch), then uniformly random rows.
+  std::vector<std::uint8_t> taken(static_cast<std::size_t>(T), 0);
+  std::vector<std::int64_t> picks;
+  for (const bool prefill : {false, true}) {
+    std::int64_t count = 0;
+    for (const ScheduledSeq& seq : batch.seqs) count += seq.prefill == prefill ? seq.query_len : 0;
+    if (count == 0) continue;
+    std::int64_t k = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(count)));
+    for (std::size_t s = 0; s < batch.seqs.size(); ++s) {
+      const ScheduledSeq& seq = batch.seqs[s];
+      if (seq.prefill != prefill) continue;
+      if (k < seq.query_len) {
+        picks.push_back(qsl[s] + k);
+        taken[static_cast<std::size_t>(qsl[s] + k)] = 1;
+        break;
+      }
+      k -= seq.query_len;
+    }
+  }
+  std::vector<std::int64_t> rest;
+  rest.reserve(static_cast<std::size_t>(T));
+  for (std::int64_t r = 0; r < T; ++r) {
+    if (!taken[static_cast<std::size_t>(r)]) rest.push_back(r);
+  }
+  for (std::int64_t i = 0; static_cast<std::int64_t>(picks.size()) < n_want; ++i) {
+    const std::int64_t n_rest = static_cast<std::int64_t>(rest.size());
+    const auto j = i + static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(n_rest - i)));
+    std::swap(rest[i], rest[j]);
+    picks.push_back(rest[i]);
+  }
+  std::sort(picks.begin(), picks.end());
+  const auto n = static_cast<std::int64_t>(picks.size());
+
+  // ---- the oracle's sub-batch: each sampled row becomes a one-row sequence whose seq_len
+  // ends at that row's position, over the same block-table row. Its q_pos and therefore its
+  // keys are exactly those of the row in the full batch, at a cost of one row.
+  const std::int64_t H = num_heads_, D = head_size_, W = table_width_;
+  const std::size_t esq = dtype_size(dtype_);
+  std::vector<unsigned char> q_ref(static_cast<std::size_t>(n * H * D) * esq);
+  std::vector<std::int32_t> bt_ref(static_cast<std::size_t>(n * W));
+  std::vector<std::int32_t> sl_ref(static_cast<std::size_t>(n));
+  std::vector<std::int32_t> qsl_ref(static_cast<std::size_t>(n + 1));
+  std::vector<float> out_ref(static_cast<std::size_t>(n * H * D));
+  std::vector<float> lse_ref(static_cast<std::size_t>(n * H));
+  std::vector<std::size_t> row_seq(static_cast<std::size_t>(n));
+  std::vector<std::uint8_t> mirrored(batch.seqs.size(), 0);
+  const std::int32_t* bt = block_table_.as<std::int32_t>();
+  for (std::int64_t p = 0; p < n; ++p) {
+    const std::int64_t row = picks[p];
+    const auto s = static_cast<std::size_t>(
+        std::upper_bound(qsl, qsl + batch.seqs.size() + 1, static_cast<std::int32_t>(row)) - qsl -
+        1);
+    const ScheduledSeq& seq = batch.seqs[s];
+    row_seq[p] = s;
+    if (!mirrored[s]) {
+      PAGEDATTN_RETURN_IF_ERROR(
+          in_step(batch.step, "copying cache blocks to the host",
+                  mirror_blocks(scheduler_->request(seq.request).blocks,
+                                seq.context_len + seq.query_len)));
+      mirrored[s] = 1;
+    }
+    std::memcpy(q_ref.data() + static_cast<std::size_t>(p * H * D) * esq,
+                query_.host.data() + static_cast<std::size_t>(row * H * D) * esq,
+                static_cast<std::size_t>(H * D) * esq);
+    std::copy(bt + s * W, bt + (s + 1) * W, bt_ref.begin() + p * W);
+    sl_ref[p] = static_cast<std::int32_t>(seq.context_len + (row - qsl[s]) + 1);
+    qsl_ref[p + 1] = static_cast<std::int32_t>(p + 1);
+  }
+  // The oracle is naive and single-threaded by design; the sampled rows are independent, so
+  // they are split over the CPU threads, one reference_attention call per group of rows.
+  const std::int64_t workers = std::min<std::int64_t>(n, std::max(1, report_.threads));
+  std::vector<Status> statuses(static_cast<std::size_t>(workers));
+  auto oracle = [&](std::int64_t w) {
+    const std::int64_t begin = n * w / workers;
+    const std::int64_t rows = n * (w + 1) / workers - begin;
+    AttentionArgs ref;
+    ref.query = TensorView::contiguous(q_ref.data() + static_cast<std::size_t>(begin * H * D) * esq,
+                                       dtype_, {rows, H, D});
+    ref.cache = host_cache_;
+    ref.block_table =
+        TensorView::contiguous(bt_ref.data() + begin * W, DType::kInt32, {rows, W});
+    ref.seq_lens = TensorView::contiguous(sl_ref.data() + begin, DType::kInt32, {rows});
+    // Every sub-batch row has query_len 1, so qsl_ref[0 .. rows] = 0 .. rows serves any group.
+    ref.query_start_loc = TensorView::contiguous(qsl_ref.data(), DType::kInt32, {rows + 1});
+    ref.out = TensorView::contiguous(out_ref.data() + begin * H * D, DType::kFloat32, {rows, H, D});
+    ref.lse = TensorView::contiguous(lse_ref.data() + begin * H, DType::kFloat32, {rows, H});
+    ref.params.scale = scale_;
+    statuses[static_cast<std::size_t>(w)] = reference_attention(ref);
+  };
+  std::vector<std::thread> pool;
+  for (std::int64_t w = 1; w < workers; ++w) {
+    try {
+      pool.emplace_back(oracle, w);
+    } catch (const std::system_error&) {
+      oracle(w);  // no thread to spare: do it here
+    }
+  }
+  oracle(0);
+  for (std::thread& t : pool) t.join();
+  for (const Status& st : statuses) {
+    PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "reference_attention", st));
+  }
+
+  // ---- compare: |got - ref| <= atol + rtol * |ref|; NaN never passes.
+  const float* lse_got = lse_.as<float>();
+  for (std::int64_t p = 0; p < n; ++p) {
+    const std::int64_t row = picks[p];
+    const ScheduledSeq& seq = batch.seqs[row_seq[p]];
+    const std::int64_t pos = seq.context_len + (row - qsl[row_seq[p]]);
+    auto check = [&](double got, double want, const char* what, std::int64_t h, std::int64_t d) {
+      const double err = std::fabs(got - want);
+      const double bound = tol_.atol + tol_.rtol * std::fabs(want);
+      ++report_.elements_checked;
+      if (std::isfinite(err)) {
+        report_.max_abs_error = std::max(report_.max_abs_error, err);
+        report_.worst_ratio = std::max(report_.worst_ratio, err / bound);
+      } else {
+        report_.worst_ratio = std::numeric_limits<double>::infinity();
+      }
+      if (!(err <= bound)) {
+        ++report_.elements_failed;
+        if (report_.first_failure.empty()) {
+          record_failure(fmt::format(
+              "step {}: request {} ({} row, position {}) {} head {}{}: got {} expected {} "
+              "(|error| {:.3g} > {:.3g})",
+              batch.step, seq.request, seq.prefill ? "prefill" : "decode", pos, what, h,
+              d >= 0 ? fmt::format(" dim {}", d) : std::string(), got, want, err, bound));
+        }
+        report_.pass = false;
+      }
+    };
+    for (std::int64_t h = 0; h < H; ++h) {
+      for (std::int64_t d = 0; d < D; ++d) {
+        check(numeric::load_as_float(out_.host.data(), dtype_, (row * H + h) * D + d),
+              out_ref[static_cast<std::size_t>((p * H + h) * D + d)], "out", h, d);
+      }
+      check(lse_got[row * H + h], lse_ref[static_cast<std::size_t>(p * H + h)], "lse", h, -1);
+    }
+    ++report_.rows_checked;
+    (seq.prefill ? report_.prefill_rows_checked : report_.decode_rows_checked) += 1;
+  }
+  return Status::Ok();
+}
+
+Status Replay::run_step(const StepBatch& batch) {
+  const std::int64_t step = batch.step;
+  const std::int64_t T = batch.num_tokens;
+  const auto S = static_cast<std::int64_t>(batch.seqs.size());
+  const std::int64_t H = num_heads_, KVH = num_kv_heads_, D = head_size_;
+  const std::size_t esq = dtype_size(dtype_);
+  std::int64_t W = 1;
+  for (const ScheduledSeq& seq : batch.seqs) {
+    W = std::max<std::int64_t>(W, scheduler_->request(seq.request).blocks.size());
+  }
+  table_width_ = W;
+
+  // ---- host tensors
+  query_.resize(static_cast<std::size_t>(T * H * D) * esq);
+  key_.resize(static_cast<std::size_t>(T * KVH * D) * esq);
+  value_.resize(static_cast<std::size_t>(T * KVH * D) * esq);
+  out_.resize(static_cast<std::size_t>(T * H * D) * esq);
+  lse_.resize(static_cast<std::size_t>(T * H) * sizeof(float));
+  slots_.resize(static_cast<std::size_t>(T) * sizeof(std::int64_t));
+  block_table_.resize(static_cast<std::size_t>(S * W) * sizeof(std::int32_t));
+  seq_lens_.resize(static_cast<std::size_t>(S) * sizeof(std::int32_t));
+  qsl_.resize(static_cast<std::size_t>(S + 1) * sizeof(std::int32_t));
+  auto* slots = slots_.as<std::int64_t>();
+  auto* bt = block_table_.as<std::int32_t>();
+  auto* sl = seq_lens_.as<std::int32_t>();
+  auto* qsl = qsl_.as<std::int32_t>();
+  qsl[0] = 0;
+  std::int64_t row = 0;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const ScheduledSeq& seq = batch.seqs[s];
+    const RequestState& r = scheduler_->request(seq.request);
+    for (std::int64_t j = 0; j < seq.query_len; ++j, ++row) {
+      const std::int64_t pos = seq.context_len + j;
+      fill_row(query_.host.data(), dtype_, row * H * D,
+               row_key(config_.seed, Stream::kQuery, seq.request, pos), H * D);
+      fill_row(key_.host.data(), dtype_, row * KVH * D,
+               row_key(config_.seed, Stream::kKey, seq.request, pos), KVH * D);
+      fill_row(value_.host.data(), dtype_, row * KVH * D,
+               row_key(config_.seed, Stream::kValue, seq.request, pos), KVH * D);
+      slots[row] = static_cast<std::int64_t>(r.blocks[pos / block_size_]) * block_size_ +
+                   pos % block_size_;
+      // Keys attended by this row (causal): positions 0 .. pos.
+      report_.keys_attended += pos + 1;
+    }
+    // Entries past the sequence's blocks are never read; 0 keeps them valid ids anyway.
+    std::fill(bt + s * W, bt + (s + 1) * W, 0);
+    std::copy(r.blocks.begin(), r.blocks.end(), bt + s * W);
+    sl[s] = static_cast<std::int32_t>(seq.context_len + seq.query_len);
+    qsl[s + 1] = static_cast<std::int32_t>(row);
+  }
+  // Outputs start as NaN so that a row the kernel fails to write cannot pass.
+  fill_pattern(out_.host.data(), out_.host.size(), nan_pattern(dtype_));
+  std::fill(lse_.as<float>(), lse_.as<float>() + T * H, std::numeric_limits<float>::quiet_NaN());
+  for (StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
+                        &seq_lens_, &qsl_}) {
+    PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying inputs to the device", b->upload(on_cuda_)));
+  }
+
+  // ---- write the new tokens' K/V
+  const TensorView key = TensorView::contiguous(key_.data(on_cuda_), dtype_, {T, KVH, D}, device_);
+  const TensorView value =
+      TensorView::contiguous(value_.data(on_cuda_), dtype_, {T, KVH, D}, device_);
+  const TensorView slot_mapping =
+      TensorView::contiguous(slots_.data(on_cuda_), DType::kInt64, {T}, device_);
+  WriteKVOptions write_options;
+  write_options.host_slot_mapping = TensorView::contiguous(slots_.host.data(), DType::kInt64, {T});
+  auto t = std::chrono::steady_clock::now();
+  Status st = write_kv(key, value, slot_mapping, cache_, nullptr, write_options);
+  if (st.ok() && on_cuda_) st = cuda::device_synchronize();
+  report_.write_kv_s += seconds_since(t);
+  PAGEDATTN_RETURN_IF_ERROR(in_step(step, "write_kv", st));
+  if (config_.fault == FaultInjection::kCache && step == 0) {
+    PAGEDATTN_RETURN_IF_ERROR(in_step(step, "injecting a cache fault", corrupt_cache(slots[0])));
+  }
+
+  // ---- plan and run attention
+  AttentionArgs args;
+  args.query = TensorView::contiguous(query_.data(on_cuda_), dtype_, {T, H, D}, device_);
+  args.cache = cache_;
+  args.block_table =
+      TensorView::contiguous(block_table_.data(on_cuda_), DType::kInt32, {S, W}, device_);
+  args.seq_lens = TensorView::contiguous(seq_lens_.data(on_cuda_), DType::kInt32, {S}, device_);
+  args.query_start_loc =
+      TensorView::contiguous(qsl_.data(on_cuda_), DType::kInt32, {S + 1}, device_);
+  args.out = TensorView::contiguous(out_.data(on_cuda_), dtype_, {T, H, D}, device_);
+  args.lse = TensorView::contiguous(lse_.data(on_cuda_), DType::kFloat32, {T, H}, device_);
+  args.params.scale = scale_;
+  HostMetadata host;
+  host.block_table = TensorView::contiguous(block_table_.host.data(), DType::kInt32, {S, W});
+  host.seq_lens = TensorView::contiguous(seq_lens_.host.data(), DType::kInt32, {S});
+  host.query_start_loc = TensorView::contiguous(qsl_.host.data(), DType::kInt32, {S + 1});
+  PlanOptions plan_options;
+  plan_options.num_threads = config_.threads;
+  t = std::chrono::steady_clock::now();
+  Result<AttentionPlan> plan = plan_attention(args, host, plan_options);
+  report_.plan_s += seconds_since(t);
+  if (!plan.ok()) return in_step(step, "plan_attention", plan.status());
+  if (report_.kernel.empty()) {
+    const KernelChoice& choice = plan->choice();
+    report_.kernel = to_string(choice.kernel);
+    report_.cache_access = choice.access == CacheAccess::kNative ? "native" : "strided";
+    report_.tile_tokens = choice.tile_tokens;
+    report_.num_splits = choice.num_splits;
+    report_.kernel_reason = choice.reason;
+  }
+  const std::size_t workspace_bytes = plan->workspace_bytes();
+  void* workspace = nullptr;
+  if (workspace_bytes > 0) {
+    if (on_cuda_) {
+      PAGEDATTN_RETURN_IF_ERROR(
+          in_step(step, "allocating the workspace", dev_workspace_.reserve(workspace_bytes)));
+      workspace = dev_workspace_.get();
+    } else {
+      if (cpu_workspace_.size() < workspace_bytes) cpu_workspace_.resize(workspace_bytes);
+      workspace = cpu_workspace_.data();
+    }
+  }
+  t = std::chrono::steady_clock::now();
+  st = run_attention(*plan, args, workspace, workspace_bytes, nullptr);
+  if (st.ok() && on_cuda_) st = cuda::device_synchronize();
+  report_.attention_s += seconds_since(t);
+  PAGEDATTN_RETURN_IF_ERROR(in_step(step, "run_attention", st));
+  PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying outputs to the host", out_.download(on_cuda_)));
+  PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying outputs to the host", lse_.download(on_cuda_)));
+  if (config_.fault == FaultInjection::kOutput && step == 0) {
+    for (std::int64_t i = 0; i < T; ++i) {
+      const float v = numeric::load_as_float(out_.host.data(), dtype_, i * H * D);
+      numeric::store_from_float(out_.host.data(), dtype_, i * H * D, v + 1.0f);
+    }
+  }
+
+  // ---- verification
+  if (config_.verify_rows > 0) {
+    t = std::chrono::steady_clock::now();
+    PAGEDATTN_RETURN_IF_ERROR(verify_rows(batch));
+    for (const ScheduledSeq& seq : batch.seqs) {
+      if (scheduler_->finishes(seq)) {
+        PAGEDATTN_RETURN_IF_ERROR(check_request_cache(seq, step));
+      }
+    }
+    report_.verify_s += seconds_since(t);
+  }
+  return Status::Ok();
+}
+
+Result<ReplayReport> Replay::run() {
+  t0_ = std::chrono::steady_clock::now();
+  PAGEDATTN_RETURN_IF_ERROR(setup());
+  ReplayReport& r = report_;
+  std::int64_t tokens_done = 0;
+  while (!scheduler_->done()) {
+    Result<StepBatch> scheduled = scheduler_->schedule();
+    if (!scheduled.ok()) return scheduled.status();
+    const StepBatch& batch = *scheduled;
+    // KV held after this step's writes: everything running has `computed` tokens plus the new.
+    std::int64_t kv_tokens = batch.num_tokens;
+    for (const std::int32_t id : scheduler_->running()) {
+      kv_tokens += scheduler_->request(id).computed;
+    }
+    r.peak_kv_tokens = std::max(r.peak_kv_tokens, kv_tokens);
+    for (const ScheduledSeq& seq : batch.seqs) {
+      if (seq.prefill) {
+        r.prefill_tokens += seq.query_len;
+        // The chunk that completes the prompt samples the first output token.
+        const RequestSpec& spec = scheduler_->request(seq.request).spec;
+        if (seq.context_len + seq.query_len == spec.prompt_tokens) {
+          ++r.generated_tokens;
+        }
+      } else {
+        r.decode_tokens += 1;
+        ++r.generated_tokens;
+      }
+    }
+    r.prefill_chunks += batch.num_prefill;
+    r.mixed_steps += batch.num_prefill > 0 && batch.num_decode > 0;
+    r.memory_wait_steps += batch.admission_blocked_by_memory;
+    r.max_batch_tokens = std::max(r.max_batch_tokens, batch.num_tokens);
+    r.max_batch_seqs = std::max<std::int64_t>(r.max_batch_seqs, batch.seqs.size());
+
+    PAGEDATTN_RETURN_IF_ERROR(run_step(batch));
+
+    Result<StepOutcome> outcome = scheduler_->complete(batch);
+    if (!outcome.ok()) return outcome.status();
+    PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "poisoning freed blocks",
+                                      poison_blocks(outcome->freed_blocks)));
+    ++r.steps;
+    tokens_done += batch.num_tokens;
+    if (progress_) {
+      ReplayProgress p;
+      p.step = r.steps;
+      p.finished = scheduler_->num_finished();
+      p.total = scheduler_->num_requests();
+      p.running = scheduler_->num_running();
+      p.waiting = scheduler_->num_waiting();
+      p.blocks_used = allocator_->num_used();
+      p.num_blocks = allocator_->num_blocks();
+      p.tokens = tokens_done;
+      p.elapsed_s = seconds_since(t0_);
+      p.verified_ok = r.pass;
+      progress_(p);
+    }
+  }
+  if (allocator_->num_used() != 0) {
+    return internal(fmt::format("replay finished with {} blocks still allocated",
+                                allocator_->num_used()));
+  }
+  r.attention_flops = 4.0 * static_cast<double>(r.keys_attended) * num_heads_ * head_size_;
+  r.peak_blocks_used = allocator_->peak_used();
+  r.peak_running = scheduler_->peak_running();
+  r.contiguous_blocks_at_peak = r.peak_running * r.contiguous_blocks_per_request;
+  r.wall_s = seconds_since(t0_);
+  return report_;
+}
+
+}  // namespace
+
+Result<ReplayReport> run_replay(const ReplayConfig& config, const Trace& trace,
+                                const ProgressFn& progress) {
+  // Out of memory (a huge --num-blocks) is an input problem, not a crash: no exception may
+  // leave this function.
+  try {
+    Replay replay(config, trace, progress);
+    return replay.run();
+  } catch (const std::bad_alloc&) {
+    return invalid(
+        "out of host memory: reduce --num-blocks, --requests, --max-prompt or --token-budget");
+  } catch (const std::length_error&) {
+    return invalid(
+        "out of host memory: reduce --num-blocks, --requests, --max-prompt or --token-budget");
+  }
+}
+
+Result<ReplayReport> run_replay(const ReplayConfig& config, const ProgressFn& progress) {
+  Result<Trace> trace = load_trace(config.trace);
+  if (!trace.ok()) return trace.status();
+  return run_replay(config, *trace, progress);
+}
+
+}  // namespace pagedattn::serving

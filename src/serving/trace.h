@@ -1,0 +1,95 @@
+// Serving traces: request arrival times and lengths (prompt tokens, generated tokens) from
+// production LLM services, shipped in data/ (see data/README.md for provenance and licenses).
+// They drive `pagedattn run` and the trace-replay benchmark workloads.
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <string>
+#include <vector>
+
+#include "pagedattn/status.h"
+
+namespace pagedattn::serving {
+
+/// One request of a trace.
+struct TraceRecord {
+  /// Seconds since the trace's first record (the first record has 0). Not necessarily
+  /// monotone in a user-supplied trace; the shipped traces are sorted.
+  double arrival_s = 0;
+  /// Prompt (context) tokens the request brings: its prefill. >= 0.
+  std::int64_t prompt_tokens = 0;
+  /// Tokens the service generated for it: its decode. >= 0.
+  std::int64_t output_tokens = 0;
+};
+
+/// File formats pagedattn reads.
+enum class TraceFormat : std::uint8_t {
+  /// Azure LLM inference trace 2023: CSV with the header `TIMESTAMP,ContextTokens,GeneratedTokens`
+  /// and rows like `2023-11-16 18:15:46.6805900,374,44` (UTC wall time, fraction up to 9 digits).
+  kAzureCsv,
+  /// Mooncake (Kimi) trace: one JSON object per line with integer `timestamp` (milliseconds),
+  /// `input_length`, `output_length` and optional `hash_ids` (ignored here).
+  kMooncakeJsonl,
+};
+
+/// "azure-csv" or "mooncake-jsonl".
+const char* to_string(TraceFormat format);
+
+/// A loaded trace.
+struct Trace {
+  /// The name it was asked for: a short name ("azure-conv") or the path given.
+  std::string name;
+  /// The file actually read.
+  std::string path;
+  TraceFormat format = TraceFormat::kAzureCsv;
+  /// Records in file order; at most the `max_records` asked for.
+  std::vector<TraceRecord> records;
+  /// True when loading stopped at `max_records` before the end of the file (so the file's
+  /// full record count is unknown).
+  bool truncated = false;
+};
+
+/// A trace shipped in data/, selectable by short name.
+struct KnownTrace {
+  const char* name;         // "azure-conv"
+  const char* file;         // "azure2023_conv.csv" (relative to a data directory)
+  TraceFormat format;
+  const char* description;  // one line, for --help
+};
+
+/// The shipped traces: azure-conv (the default of `pagedattn run`), azure-code, mooncake.
+const std::vector<KnownTrace>& known_traces();
+
+/// Directories searched for the shipped traces, in order: $PAGEDATTN_DATA_DIR (when set and
+/// non-empty), `<directory of the executable>/../share/pagedattn` (an installed program), and
+/// the source tree's data/ (compile definition PAGEDATTN_DATA_DIR). Entries may not exist.
+std::vector<std::string> data_directories();
+
+/// The file behind `name_or_path`: a known short name is looked up in data_directories() (first
+/// directory holding the file wins); anything else is taken as a path.
+/// Errors: kInvalidArgument when the file does not exist or is not a regular file, naming the
+/// directories tried for a short name.
+Result<std::string> resolve_trace_path(const std::string& name_or_path);
+
+/// Parse an Azure CSV trace from `in`. `source` names the input in messages ("file.csv").
+/// Reads at most `max_records` records (0 = all). Accepts CRLF line ends and blank lines.
+/// Errors: kInvalidArgument "<source>:<line>: <what>" for a missing/wrong header, a row without
+/// exactly 3 fields, an unparsable timestamp, a token count that is not an integer in
+/// [0, 2^31), or a file without records.
+Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::string& source,
+                                                 std::int64_t max_records = 0);
+
+/// Parse a Mooncake JSON-lines trace from `in`; conventions and errors as parse_azure_csv
+/// (invalid JSON, a line that is not an object, a missing or non-integer `timestamp`,
+/// `input_length` or `output_length`, counts outside [0, 2^31)).
+Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const std::string& source,
+                                                      std::int64_t max_records = 0);
+
+/// Load a trace by short name (known_traces()) or path. A path's format comes from its
+/// extension (.csv -> Azure CSV; .jsonl/.json -> Mooncake) or, for other extensions, from its
+/// first non-blank character ('{' -> Mooncake). `max_records` as parse_azure_csv.
+/// Errors: those of resolve_trace_path and of the parsers (messages carry the line number).
+Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_records = 0);
+
+}  // namespace pagedattn::serving

@@ -1,0 +1,414 @@
+// `pagedattn run`: replay the first N requests of a serving trace through the block allocator,
+// the token-budget scheduler and the attention library, verifying every step against the
+// oracle (src/serving/replay.h). Exit status (DESIGN.md §7): 0 every check passed, 1 a
+// mismatch, 2 invalid input or usage, 3 the requested device is unavailable.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "pagedattn/pagedattn.h"
+#include "src/serving/replay.h"
+#include "src/serving/trace.h"
+#include "tools/commands.h"
+
+namespace pagedattn::cli {
+
+namespace {
+
+/// Flag values as typed. The defaults are ReplayConfig's (one source of truth), sized to finish
+/// in seconds on two CPU cores.
+struct RunFlags {
+  RunFlags() {
+    const serving::ReplayConfig d;
+    device = serving::to_string(d.device);
+    trace = d.trace;
+    requests = d.requests;
+    model = d.model;
+    layout = to_string(d.layout);
+    dtype = to_string(d.dtype);
+    kv_dtype = d.kv_dtype ? to_string(*d.kv_dtype) : "auto";
+    block_size = d.block_size;
+    num_blocks = d.num_blocks;
+    page_pad = d.page_pad;
+    token_budget = d.token_budget;
+    max_seqs = d.max_seqs;
+    max_prompt = d.max_prompt;
+    max_output = d.max_output;
+    max_model_len = d.max_model_len;
+    verify_rows = d.verify_rows;
+    seed = d.seed;
+    threads = d.threads;
+    inject_fault = serving::to_string(d.fault);
+  }
+  std::string device;
+  std::string trace;
+  std::int64_t requests;
+  std::string model;
+  std::string layout;
+  std::string dtype;
+  std::string kv_dtype;
+  std::int32_t block_size;
+  std::int64_t num_blocks;
+  std::int64_t page_pad;
+  std::int64_t token_budget;
+  std::int32_t max_seqs;
+  std::int64_t max_prompt;
+  std::int64_t max_output;
+  std::int64_t max_model_len;
+  std::int32_t verify_rows;
+  std::uint64_t seed;
+  std::int32_t threads;
+  std::string inject_fault;
+  bool json = false;
+  bool quiet = false;
+};
+
+/// Names to ReplayConfig. Errors: kInvalidArgument naming the flag (numeric ranges are checked
+/// by run_replay, which knows the trace and the model).
+Result<serving::ReplayConfig> to_replay_config(const RunFlags& f) {
+  serving::ReplayConfig c;
+  Result<serving::DeviceChoice> device = serving::parse_device_choice(f.device);
+  if (!device.ok()) return device.status();
+  c.device = *device;
+  Result<KVLayout> layout = parse_layout(f.layout);
+  if (!layout.ok()) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("--layout '{}': expected split, nhd or hnd", f.layout));
+  }
+  c.layout = *layout;
+  Result<DType> dtype = parse_dtype(f.dtype);
+  if (!dtype.ok() || !(*dtype == DType::kFloat32 || *dtype == DType::kFloat16 ||
+                       *dtype == DType::kBFloat16)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("--dtype '{}': expected fp32, fp16 or bf16", f.dtype));
+  }
+  c.dtype = *dtype;
+  Result<std::optional<DType>> kv = serving::parse_kv_dtype(f.kv_dtype);
+  if (!kv.ok()) return kv.status();
+  c.kv_dtype = *kv;
+  c.trace = f.trace;
+  c.requests = f.requests;
+  c.model = f.model;
+  c.block_size = f.block_size;
+  c.num_blocks = f.num_blocks;
+  c.page_pad = f.page_pad;
+  c.token_budget = f.token_budget;
+  c.max_seqs = f.max_seqs;
+  c.max_prompt = f.max_prompt;
+  c.max_output = f.max_output;
+  c.max_model_len = f.max_model_len;
+  c.verify_rows = f.verify_rows;
+  c.seed = f.seed;
+  c.threads = f.threads;
+  Result<serving::FaultInjection> fault = serving::parse_fault_injection(f.inject_fault);
+  if (!fault.ok()) return fault.status();
+  c.fault = *fault;
+  return c;
+}
+
+std::string mib(std::int64_t bytes) {
+  return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+}
+
+double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// JSON has no infinity or NaN: such a number becomes null.
+// ordered_json: the report reads top-down (status and result first), as the text report does.
+using Json = nlohmann::ordered_json;
+
+Json number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
+
+Json json_report(const serving::ReplayReport& r) {
+  using json = Json;
+  json j;
+  j["status"] = "ok";
+  j["pass"] = r.pass;
+  j["device"] = {{"device", r.device}, {"name", r.device_name}, {"threads", r.threads}};
+  j["trace"] = {{"name", r.trace_name},
+                {"path", r.trace_path},
+                {"format", serving::to_string(r.trace_format)},
+                {"records", r.trace_records},
+                {"requests", r.requests},
+                {"prompt_tokens", r.trace_prompt_tokens},
+                {"output_tokens", r.trace_output_tokens},
+                {"prompts_clipped", r.prompts_clipped},
+                {"outputs_clipped", r.outputs_clipped},
+                {"max_prompt", r.max_prompt},
+                {"max_output", r.max_output}};
+  j["model"] = {{"preset", r.model.name},
+                {"num_heads", r.model.num_heads},
+                {"num_kv_heads", r.model.num_kv_heads},
+                {"head_size", r.model.head_size},
+                {"block_size", r.model.block_size},
+                {"page_pad", r.model.page_pad},
+                {"layout", to_string(r.layout)},
+                {"dtype", to_string(r.dtype)},
+                {"kv_dtype", to_string(r.kv_dtype)},
+                {"k_scale", r.k_scale},
+                {"v_scale", r.v_scale},
+                {"softmax_scale", r.softmax_scale}};
+  j["scheduler"] = {{"token_budget", r.token_budget},
+                    {"max_seqs", r.max_seqs},
+                    {"steps", r.steps},
+                    {"prefill_tokens", r.prefill_tokens},
+                    {"decode_tokens", r.decode_tokens},
+                    {"generated_tokens", r.generated_tokens},
+                    {"prefill_chunks", r.prefill_chunks},
+                    {"mixed_steps", r.mixed_steps},
+                    {"memory_wait_steps", r.memory_wait_steps},
+                    {"max_batch_tokens", r.max_batch_tokens},
+                    {"max_batch_seqs", r.max_batch_seqs},
+                    {"peak_running", r.peak_running}};
+  const double query_tokens = static_cast<double>(r.prefill_tokens + r.decode_tokens);
+  j["time"] = {{"attention_s", r.attention_s},
+               {"write_kv_s", r.write_kv_s},
+               {"plan_s", r.plan_s},
+               {"verify_s", r.verify_s},
+               {"wall_s", r.wall_s},
+               {"attention_flops", r.attention_flops},
+               {"keys_attended", r.keys_attended},
+               {"attention_tokens_per_s", safe_div(query_tokens, r.attention_s)},
+               {"attention_gflops_per_s", safe_div(r.attention_flops * 1e-9, r.attention_s)}};
+  j["memory"] = {{"num_blocks", r.num_blocks},
+                 {"num_blocks_auto", r.num_blocks_auto},
+                 {"cache_bytes", r.cache_bytes},
+                 {"peak_blocks_used", r.peak_blocks_used},
+                 {"peak_kv_tokens", r.peak_kv_tokens},
+                 {"max_model_len", r.max_model_len},
+                 {"contiguous_blocks_per_request", r.contiguous_blocks_per_request},
+                 {"contiguous_blocks_at_peak", r.contiguous_blocks_at_peak},
+                 {"contiguous_max_running", r.contiguous_max_running}};
+  j["kernel"] = {{"kernel", r.kernel},
+                 {"cache_access", r.cache_access},
+                 {"tile_tokens", r.tile_tokens},
+                 {"num_splits", r.num_splits},
+                 {"reason", r.kernel_reason}};
+  j["verification"] = {{"enabled", r.verified},
+                       {"rows_checked", r.rows_checked},
+                       {"prefill_rows_checked", r.prefill_rows_checked},
+                       {"decode_rows_checked", r.decode_rows_checked},
+                       {"elements_checked", r.elements_checked},
+                       {"elements_failed", r.elements_failed},
+                       {"max_abs_error", number(r.max_abs_error)},
+                       {"worst_ratio", number(r.worst_ratio)},
+                       {"atol", r.atol},
+                       {"rtol", r.rtol},
+                       {"cache_tokens_checked", r.cache_tokens_checked},
+                       {"cache_mismatches", r.cache_mismatches},
+                       {"first_failure", r.first_failure},
+                       {"result", !r.verified ? "SKIPPED" : r.pass ? "PASS" : "FAIL"}};
+  return j;
+}
+
+void print_header(const serving::ReplayReport& r) {
+  std::printf("pagedattn run: %lld requests of trace %s (%s, %lld records) on %s (%s)\n",
+              static_cast<long long>(r.requests), r.trace_name.c_str(), r.trace_path.c_str(),
+              static_cast<long long>(r.trace_records), r.device.c_str(), r.device_name.c_str());
+}
+
+void print_report(const serving::ReplayReport& r) {
+  const double query_tokens = static_cast<double>(r.prefill_tokens + r.decode_tokens);
+  std::string s;
+  s += fmt::format(
+      "  model         {}: {} query / {} KV heads, head {}; layout {}, {} (cache {}{}); block {} "
+      "tokens{}; softmax scale {:.4g}\n",
+      r.model.name, r.model.num_heads, r.model.num_kv_heads, r.model.head_size,
+      to_string(r.layout), to_string(r.dtype), to_string(r.kv_dtype),
+      is_fp8(r.kv_dtype) ? fmt::format(", k_scale {} v_scale {}", r.k_scale, r.v_scale) : "",
+      r.model.block_size,
+      r.model.page_pad > 0 ? fmt::format(", pages padded by {} elements", r.model.page_pad) : "",
+      r.softmax_scale);
+  s += fmt::format("  cache pool    {} blocks{} = {} slots, {} (K+V)\n", r.num_blocks,
+                   r.num_blocks_auto ? " (auto: about half of all replayed requests' blocks)" : "",
+                   r.num_blocks * r.model.block_size, mib(r.cache_bytes));
+  s += fmt::format(
+      "  scheduler     token budget {}/step, at most {} running; decodes first, then chunked "
+      "prefill; admission in arrival order while the request's blocks fit\n",
+      r.token_budget, r.max_seqs);
+  s += fmt::format(
+      "  clipping      {} of {} prompts clipped to --max-prompt {} ({} of {} prompt tokens "
+      "kept); {} of {} outputs clipped to --max-output {} ({} of {} kept)\n",
+      r.prompts_clipped, r.requests, r.max_prompt, r.prefill_tokens, r.trace_prompt_tokens,
+      r.outputs_clipped, r.requests, r.max_output, r.generated_tokens, r.trace_output_tokens);
+  s += fmt::format("  kernel        {} ({} cache access, tile {} tokens, {} split{}): {}\n",
+                   r.kernel, r.cache_access, r.tile_tokens, r.num_splits,
+                   r.num_splits == 1 ? "" : "s", r.kernel_reason);
+  s += "Report\n";
+  s += fmt::format(
+      "  requests      {} finished in {} steps ({} mixed decode+prefill; admission waited for "
+      "free blocks in {}); at most {} running, {} sequences / {} tokens in one step\n",
+      r.requests, r.steps, r.mixed_steps, r.memory_wait_steps, r.peak_running, r.max_batch_seqs,
+      r.max_batch_tokens);
+  s += fmt::format(
+      "  tokens        {} prefill in {} chunks + {} decode = {} query tokens; {} generated\n",
+      r.prefill_tokens, r.prefill_chunks, r.decode_tokens, r.prefill_tokens + r.decode_tokens,
+      r.generated_tokens);
+  s += fmt::format(
+      "  attention     {:.3f} s in run_attention (one layer per step): {:.0f} query tokens/s, "
+      "{:.1f} GFLOP/s ({:.1f} GFLOP)\n",
+      r.attention_s, safe_div(query_tokens, r.attention_s),
+      safe_div(r.attention_flops * 1e-9, r.attention_s), r.attention_flops * 1e-9);
+  s += fmt::format("  other time    write_kv {:.3f} s, plan {:.3f} s, verification {:.3f} s; "
+                   "wall {:.3f} s\n",
+                   r.write_kv_s, r.plan_s, r.verify_s, r.wall_s);
+  s += fmt::format(
+      "  KV memory     peak {} of {} blocks in use ({} slots holding at most {} tokens)\n",
+      r.peak_blocks_used, r.num_blocks, r.peak_blocks_used * r.model.block_size,
+      r.peak_kv_tokens);
+  s += fmt::format(
+      "                contiguous allocation (max_model_len {} reserved per request = {} "
+      "blocks) would need {} x {} = {} blocks for the same {} running requests: {:.2f}x the "
+      "paged peak; the same pool would run at most {} requests at once\n",
+      r.max_model_len, r.contiguous_blocks_per_request, r.peak_running,
+      r.contiguous_blocks_per_request, r.contiguous_blocks_at_peak, r.peak_running,
+      safe_div(static_cast<double>(r.contiguous_blocks_at_peak),
+               static_cast<double>(r.peak_blocks_used)),
+      r.contiguous_max_running);
+  if (!r.verified) {
+    s += "  verification  SKIPPED (--verify-rows 0)\n";
+  } else {
+    s += fmt::format(
+        "  verification  {} rows ({} prefill, {} decode) vs reference_attention, {} elements "
+        "(out and lse): max |error| {:.3g}, worst {:.3g} of the tolerance ({}/{}: atol {:g}, "
+        "rtol {:g}), {} failed\n",
+        r.rows_checked, r.prefill_rows_checked, r.decode_rows_checked, r.elements_checked,
+        r.max_abs_error, r.worst_ratio, to_string(r.dtype), to_string(r.kv_dtype), r.atol,
+        r.rtol, r.elements_failed);
+    s += fmt::format(
+        "                KV cache of every request compared bit for bit at its finish: {} "
+        "tokens, {} mismatching elements\n",
+        r.cache_tokens_checked, r.cache_mismatches);
+    if (!r.first_failure.empty()) s += fmt::format("  first failure {}\n", r.first_failure);
+    s += fmt::format("  result        {}\n", r.pass ? "PASS" : "FAIL");
+  }
+  std::fputs(s.c_str(), stdout);
+}
+
+int run_run(const RunFlags& flags) {
+  Result<serving::ReplayConfig> config = to_replay_config(flags);
+  if (!config.ok()) {
+    std::fprintf(stderr, "pagedattn run: %s\n", config.status().message().c_str());
+    return exit_code_for(config.status());
+  }
+  // Progress on stderr, so that stdout stays the report (and valid JSON with --json): a line
+  // each time another eighth of the requests has finished.
+  std::int64_t next_mark = 0;
+  serving::ProgressFn progress;
+  if (!flags.quiet) {
+    progress = [&next_mark](const serving::ReplayProgress& p) {
+      const std::int64_t eighth = std::max<std::int64_t>(1, p.total / 8);
+      if (p.finished < next_mark && p.finished != p.total) return;
+      next_mark = (p.finished / eighth + 1) * eighth;
+      std::fprintf(stderr,
+                   "[step %lld] %lld/%lld requests finished, %lld running, %lld waiting; "
+                   "blocks %lld/%lld; %lld tokens; %.1f s%s\n",
+                   static_cast<long long>(p.step), static_cast<long long>(p.finished),
+                   static_cast<long long>(p.total), static_cast<long long>(p.running),
+                   static_cast<long long>(p.waiting), static_cast<long long>(p.blocks_used),
+                   static_cast<long long>(p.num_blocks), static_cast<long long>(p.tokens),
+                   p.elapsed_s, p.verified_ok ? "" : "; MISMATCH seen");
+    };
+  }
+  Result<serving::ReplayReport> report = serving::run_replay(*config, progress);
+  if (!report.ok()) {
+    std::fprintf(stderr, "pagedattn run: %s\n", report.status().message().c_str());
+    if (flags.json) {
+      Json j;
+      j["status"] = to_string(report.status().code());
+      j["status_code"] = static_cast<int>(report.status().code());
+      j["message"] = report.status().message();
+      std::printf("%s\n", j.dump(2).c_str());
+    }
+    return exit_code_for(report.status());
+  }
+  if (flags.json) {
+    std::printf("%s\n", json_report(*report).dump(2).c_str());
+  } else {
+    print_header(*report);
+    print_report(*report);
+  }
+  return report->pass ? kExitOk : kExitMismatch;
+}
+
+std::string list_traces() {
+  std::string s;
+  for (const serving::KnownTrace& t : serving::known_traces()) {
+    s += fmt::format("{}{} ({})", s.empty() ? "" : ", ", t.name, t.file);
+  }
+  return s;
+}
+
+std::string list_models() {
+  std::string s;
+  for (const serving::ModelPreset& m : serving::model_presets()) {
+    s += fmt::format("\n  {}: {}", m.name, m.description);
+  }
+  return s;
+}
+
+}  // namespace
+
+Action register_run(CLI::App& app) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "run",
+      "replay the first N requests of a serving trace through a paged KV cache (block "
+      "allocator, token-budget scheduler with chunked prefill) and paged attention, verifying "
+      "every step against the oracle");
+  sub->add_option("--device", f->device, "cpu, cuda or auto (CUDA if available, else CPU)")
+      ->capture_default_str();
+  sub->add_option("--trace", f->trace,
+                  "a shipped trace (" + list_traces() +
+                      ") or the path of an Azure CSV / Mooncake JSONL file")
+      ->capture_default_str();
+  sub->add_option("--requests", f->requests, "replay the first N requests of the trace")
+      ->capture_default_str();
+  sub->add_option("--model", f->model, "model shape preset:" + list_models())
+      ->capture_default_str();
+  sub->add_option("--layout", f->layout, "cache layout: split, nhd or hnd")->capture_default_str();
+  sub->add_option("--dtype", f->dtype, "query/output (and cache) dtype: fp32, fp16 or bf16")
+      ->capture_default_str();
+  sub->add_option("--kv-dtype", f->kv_dtype, "cache dtype: auto (= --dtype), fp8_e4m3, fp8_e5m2")
+      ->capture_default_str();
+  sub->add_option("--block-size", f->block_size, "tokens per cache block (0 = the model's)")
+      ->capture_default_str();
+  sub->add_option("--num-blocks", f->num_blocks,
+                  "blocks in the cache pool (0 = auto: half of what all replayed requests "
+                  "need together, but room for at least two of the largest)")
+      ->capture_default_str();
+  sub->add_option("--page-pad", f->page_pad,
+                  "padding elements after each K/V block (-1 = the model's)")
+      ->capture_default_str();
+  sub->add_option("--token-budget", f->token_budget, "query tokens per step (decode + prefill)")
+      ->capture_default_str();
+  sub->add_option("--max-seqs", f->max_seqs, "requests running at once")->capture_default_str();
+  sub->add_option("--max-prompt", f->max_prompt, "clip prompts to this many tokens (reported)")
+      ->capture_default_str();
+  sub->add_option("--max-output", f->max_output,
+                  "clip generated tokens per request to this many (reported)")
+      ->capture_default_str();
+  sub->add_option("--max-model-len", f->max_model_len,
+                  "tokens a contiguous allocator reserves per request, for the memory "
+                  "comparison (0 = max-prompt + max-output)")
+      ->capture_default_str();
+  sub->add_option("--verify-rows", f->verify_rows,
+                  "query rows checked against the oracle per step (always one decode and one "
+                  "prefill row when present; 0 = no verification)")
+      ->capture_default_str();
+  sub->add_option("--seed", f->seed, "seed of Q/K/V values, free-list order and row samples")
+      ->capture_default_str();
+  sub->add_option("--threads", f->threads, "CPU threads (0 = all)")->capture_default_str();
+  // Hidden (empty group): proves that a corrupted output or cache makes the run fail (exit 1).
+  sub->add_option("--inject-fault", f->inject_fault, "testing: none, output or cache")
+      ->group("");
+  sub->add_flag("--json", f->json, "machine-readable final report on stdout");
+  sub->add_flag("--quiet", f->quiet, "no progress lines on stderr");
+  return [f] { return run_run(*f); };
+}
+
+}  // namespace pagedattn::cli
