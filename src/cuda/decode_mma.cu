@@ -531,30 +531,35 @@ bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
   return true;
 }
 
-bool decode_mma_aligned(const AttentionArgs& args) {
+bool decode_mma_aligned_strides(const AttentionArgs& args) {
   const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
   for (const TensorView* v : views) {
-    if (!aligned16(v->data)) return false;
     for (int d = 0; d + 1 < v->ndim; ++d)
       if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
   }
   return true;
 }
 
-int decode_mma_chunk(const ProblemDesc& pr, const std::int32_t* seq_lens,
-                     std::int64_t seq_lens_stride, int num_units, std::int64_t max_smem_per_block,
+bool decode_mma_aligned(const AttentionArgs& args) {
+  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
+  for (const TensorView* v : views)
+    if (!aligned16(v->data)) return false;
+  return decode_mma_aligned_strides(args);
+}
+
+int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits) {
   const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
   // CTAs per SM by shared memory (1 KB reserved per CTA by the hardware), at most 4.
-  const std::int64_t per_sm = std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  const std::int64_t per_sm =
+      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
   const std::int64_t slots = std::max<std::int64_t>(1, num_units) * per_sm;
-  std::int64_t total = 0, longest = 1;
-  for (int s = 0; s < pr.batch.num_seqs; ++s) {
-    const std::int64_t len = seq_lens[s * seq_lens_stride];
-    const std::int64_t lo = pr.sliding_window > 0 ? std::max<std::int64_t>(0, len - pr.sliding_window) : 0;
-    const std::int64_t range = len - (lo & ~std::int64_t{kDecodeTileTokens - 1});
-    total += range;
-    longest = std::max(longest, range);
+  // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
+  std::int64_t longest = std::max(1, pr.batch.max_seq_len);
+  std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
+  if (pr.sliding_window > 0) {
+    longest = std::min<std::int64_t>(longest, pr.sliding_window + kDecodeTileTokens - 1);
+    total = std::min<std::int64_t>(total, longest * std::max(1, pr.batch.num_decode_seqs));
   }
   auto round_up = [](std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; };
   std::int64_t chunk;
@@ -564,13 +569,16 @@ int decode_mma_chunk(const ProblemDesc& pr, const std::int32_t* seq_lens,
     const std::int64_t target = std::max<std::int64_t>(
         kMinChunkTokens, total * pr.num_kv_heads / (slots * kWaves));
     const std::int64_t n = std::max<std::int64_t>(1, (longest + target / 2) / target);
-    chunk = std::max<std::int64_t>(kMinChunkTokens, round_up((longest + n - 1) / n, kDecodeTileTokens));
+    chunk = std::max<std::int64_t>(kMinChunkTokens,
+                                   round_up((longest + n - 1) / n, kDecodeTileTokens));
   }
-  chunk = std::max<std::int64_t>(chunk, round_up((longest + kMaxDecodeSplits - 1) / kMaxDecodeSplits,
-                                                 kDecodeTileTokens));
+  chunk = std::max<std::int64_t>(
+      chunk, round_up((longest + kMaxDecodeSplits - 1) / kMaxDecodeSplits, kDecodeTileTokens));
   chunk = std::min<std::int64_t>(chunk, round_up(longest, kDecodeTileTokens));
-  // The kernel cuts each sequence's range [lo rounded down to 64, seq_len) the same way.
-  *num_splits = static_cast<int>(std::min<std::int64_t>((longest + chunk - 1) / chunk, kMaxDecodeSplits));
+  chunk = std::max<std::int64_t>(chunk, kDecodeTileTokens);
+  // The kernel cuts [lo rounded down to 64, seq_len) into ceil(range / chunk) splits; a window
+  // start inside a tile adds at most one tile to the range, which `longest` already counts.
+  *num_splits = static_cast<int>((longest + chunk - 1) / chunk);
   return static_cast<int>(chunk);
 }
 

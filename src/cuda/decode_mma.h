@@ -47,15 +47,21 @@ inline std::int64_t decode_mma_smem_bytes(int head_size) {
 /// (decode_mma_aligned); unaligned tensors take the general path.
 bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
 
-/// True when every stride (except the innermost) of the cache and the query/output rows are
-/// multiples of 8 elements and the base pointers are 16-byte aligned, as 16-byte cp.async needs.
+/// True when every stride (except the innermost) of the cache, query and output is a multiple
+/// of 8 elements, as 16-byte cp.async needs (checked at plan time).
+bool decode_mma_aligned_strides(const AttentionArgs& args);
+/// decode_mma_aligned_strides and 16-byte aligned base pointers (checked at run time; an
+/// unaligned call takes the planned tiled fallback).
 bool decode_mma_aligned(const AttentionArgs& args);
 
-/// Split size for the batch: the KV range of the longest work item is cut so that the CTAs of
-/// the whole batch fill the device's CTA slots about `kWaves` times. Returns a multiple of
-/// kDecodeTileTokens; `num_splits` receives the largest per-sequence split count.
-int decode_mma_chunk(const ProblemDesc& problem, const std::int32_t* seq_lens,
-                     std::int64_t seq_lens_stride, int num_units, std::int64_t max_smem_per_block,
+/// Split size for the batch (pure: select_kernel and plan_attention call it with the same
+/// inputs): the KV range of the longest sequence is cut into equal 64-token-aligned splits so
+/// that the CTAs of the whole batch fill the device's CTA slots about eight times (small
+/// CTAs let the hardware scheduler even out unequal lengths; the merge stays negligible).
+/// `forced_splits` > 0 (PlanOptions::num_splits) cuts the longest sequence into that many.
+/// Returns the split size in tokens (a multiple of kDecodeTileTokens); `num_splits` receives
+/// the largest per-sequence split count (the grid's split dimension).
+int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits);
 
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# GPU check for an H200 (or any sm_90 machine) in ONE call of at most 10 minutes.
+#
+#   MODE=check (default): build the CUDA backend, run the GPU test suite, the Sanitize* subset
+#     under compute-sanitizer (memcheck; a smaller slice under racecheck and synccheck),
+#     `pagedattn verify --device cuda --cases all` and `pagedattn run --device cuda`;
+#   MODE=bench: build the program, run `pagedattn bench` (standard + trace workloads and the
+#     sweeps, nhd; W1/W2/W5 also in the split layout), dense PyTorch SDPA on the same shapes
+#     (bench/sdpa_compare.py) and the joined table + bandwidth plot (bench/report.py);
+#   MODE=all: both (needs a warm build to fit in 10 minutes).
+#
+#   bash scripts/gpu_check.sh            # from the repository root
+#   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
+#
+# $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, bench.json,
+# bench.csv, bench_split.json, sdpa.json, report.md and bench.png. Exit status 0 iff every step
+# passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT="${OUT:-./out}"
+MODE="${MODE:-check}"
+JOBS="${JOBS:-16}"
+BUILD="${BUILD_DIR:-build-gpu}"
+BUDGET_S="${BUDGET_S:-570}"          # whole script; the caller's limit is 600 s
+mkdir -p "$OUT/logs"
+OUT="$(cd "$OUT" && pwd)"
+LOG="$OUT/logs"
+START=$(date +%s)
+
+declare -a NAMES STATUSES SECS DETAILS
+record() {  # name status seconds detail
+  NAMES+=("$1"); STATUSES+=("$2"); SECS+=("$3"); DETAILS+=("$4")
+}
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+# Run "$@" with a timeout of min($1, time left - reserve) seconds; the reserve keeps room for the
+# steps after it and the summary.
+run_limited() {
+  local want=$1 reserve=$2; shift 2
+  local avail=$(( $(left) - reserve ))
+  (( avail < want )) && want=$avail
+  if (( want < 5 )); then return 124; fi
+  timeout --signal=TERM --kill-after=10 "$want" "$@"
+}
+gtest_counts() {  # log -> "P passed, F failed, S skipped"
+  local log=$1 p f s
+  p=$(grep -Eo '\[  PASSED  \] [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || true)
+  f=$(grep -Eo '\[  FAILED  \] [0-9]+ test' "$log" | tail -1 | grep -Eo '^\[  FAILED  \] [0-9]+' | grep -Eo '[0-9]+$' || true)
+  s=$(grep -Eo '\[  SKIPPED \] [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || true)
+  echo "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+}
+sanitizer_errors() {  # log -> "N errors"
+  local n
+  n=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$1" | tail -1 | grep -Eo '[0-9]+$' || true)
+  echo "${n:-?} sanitizer errors"
+}
+
+echo "== gpu_check: logs in $OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
+
+# ---------------------------------------------------------------- build
+t0=$(date +%s)
+{
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a &&
+  if [ "$MODE" = bench ]; then
+    run_limited 330 120 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cli
+  else
+    run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cuda_tests pagedattn_cli pagedattn_unit_tests
+  fi
+} > "$LOG/build.log" 2>&1
+rc=$?
+build_rc=$rc
+t1=$(date +%s)
+if (( rc != 0 )); then
+  record build FAIL $((t1 - t0)) "exit $rc (see build.log)"
+  tail -30 "$LOG/build.log"
+else
+  record build ok $((t1 - t0)) "$(grep -c 'warning' "$LOG/build.log") warning lines"
+fi
+
+TESTS="$BUILD/tests/pagedattn_cuda_tests"
+UNIT="$BUILD/tests/pagedattn_unit_tests"
+CLI="$BUILD/pagedattn"
+SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+
+if (( build_rc == 0 )) && [ "$MODE" != bench ]; then
+  # ---------------------------------------------------------------- host index emulation
+  t0=$(date +%s)
+  run_limited 60 150 "$UNIT" --gtest_filter='CudaIndexing*' > "$LOG/unit.log" 2>&1
+  rc=$?; t1=$(date +%s)
+  record unit_cuda_indexing "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/unit.log")"
+
+  # ---------------------------------------------------------------- verify (CLI) in background
+  # The CLI runs the same matrix through `pagedattn verify`; it overlaps the sanitizer runs (the
+  # GPU has room for both, compute-sanitizer instruments only its own process).
+  t_verify0=$(date +%s)
+  ( run_limited 300 60 "$CLI" verify --device cuda --cases all > "$LOG/verify.log" 2>&1
+    echo $? > "$LOG/verify.rc" ) &
+  verify_pid=$!
+
+  # ---------------------------------------------------------------- GPU test suite
+  t0=$(date +%s)
+  run_limited 240 150 "$TESTS" --gtest_filter='-Sanitize*' > "$LOG/tests.log" 2>&1
+  rc=$?; t1=$(date +%s)
+  record cuda_tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/tests.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+
+  # ---------------------------------------------------------------- sanitizers
+  if [ -x "$SAN" ]; then
+    t0=$(date +%s)
+    run_limited 200 60 "$SAN" --tool memcheck --leak-check no --error-exitcode 99 --print-limit 50 \
+      "$TESTS" --gtest_filter='Sanitize*' > "$LOG/memcheck.log" 2>&1
+    rc=$?; t1=$(date +%s)
+    record memcheck "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(sanitizer_errors "$LOG/memcheck.log"); $(gtest_counts "$LOG/memcheck.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+
+    # A slice that still reaches every shared-memory path: splits (merge), padded pages (the
+    # element-wise loader), block 2048, fp8, the head-64 edge and the writers.
+    slice='Sanitize/SanitizeQuick.*splits*:Sanitize/SanitizeQuick.*padded*:Sanitize/SanitizeQuick.*bs2048*:Sanitize/SanitizeQuick.*fp8scale*:SanitizeEdges.*:Sanitize/SanitizeWriter.*split_fp16_to_fp16*'
+    for tool in racecheck synccheck; do
+      t0=$(date +%s)
+      run_limited 90 20 "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 50 \
+        "$TESTS" --gtest_filter="$slice" > "$LOG/$tool.log" 2>&1
+      rc=$?; t1=$(date +%s)
+      record "$tool" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(sanitizer_errors "$LOG/$tool.log"); $(gtest_counts "$LOG/$tool.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+    done
+  else
+    record memcheck SKIP 0 "compute-sanitizer not found"
+  fi
+
+  # ---------------------------------------------------------------- verify result
+  wait "$verify_pid"
+  t1=$(date +%s)
+  vrc=$(cat "$LOG/verify.rc" 2>/dev/null || echo '?')
+  record verify_all "$([ "$vrc" = 0 ] && echo ok || echo FAIL)" $((t1 - t_verify0)) "exit $vrc; $(grep -Eci 'fail|mismatch' "$LOG/verify.log") fail/mismatch lines"
+
+  # ---------------------------------------------------------------- serving replay
+  t0=$(date +%s)
+  run_limited 60 5 "$CLI" run --device cuda > "$LOG/run.log" 2>&1
+  rc=$?; t1=$(date +%s)
+  record run_cuda "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $rc"
+fi
+
+if (( build_rc == 0 )) && [ "$MODE" != check ]; then
+  # ---------------------------------------------------------------- benchmark
+  t0=$(date +%s)
+  run_limited 150 90 "$CLI" bench --workloads standard,trace --sweep --json "$OUT/bench.json" \
+    --csv "$OUT/bench.csv" > "$LOG/bench.log" 2>&1
+  brc=$?
+  run_limited 60 80 "$CLI" bench --layout split --workloads W1,W2,W5 --json "$OUT/bench_split.json" \
+    >> "$LOG/bench.log" 2>&1 || brc=$?
+  t1=$(date +%s)
+  record bench "$([ $brc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $brc"
+  t0=$(date +%s)
+  PYTHONUNBUFFERED=1 run_limited 120 15 python3 bench/sdpa_compare.py --workloads all \
+    --json "$OUT/sdpa.json" > "$LOG/sdpa.log" 2>&1
+  src=$?; t1=$(date +%s)
+  record sdpa "$([ $src -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $src"
+  python3 bench/report.py "$OUT/bench.json" --sdpa "$OUT/sdpa.json" --png "$OUT/bench.png" \
+    --markdown "$OUT/report.md" > "$LOG/report.log" 2>&1
+  record report "$([ $? -eq 0 ] && echo ok || echo FAIL)" 0 "report.md, bench.png"
+  cat "$LOG/bench.log"
+  cat "$OUT/report.md" 2>/dev/null
+fi
+
+# ---------------------------------------------------------------- summary
+{
+  echo
+  echo "== gpu_check summary ($(date -u +%FT%TZ), $(( $(date +%s) - START )) s)"
+  printf '%-20s %-6s %6s  %s\n' step status sec detail
+  all_ok=1
+  for i in "${!NAMES[@]}"; do
+    printf '%-20s %-6s %6s  %s\n' "${NAMES[$i]}" "${STATUSES[$i]}" "${SECS[$i]}" "${DETAILS[$i]}"
+    [ "${STATUSES[$i]}" = ok ] || all_ok=0
+  done
+  echo
+  for f in tests memcheck racecheck synccheck; do
+    [ -f "$LOG/$f.log" ] || continue
+    grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/$f.log" | sort -u | head -20 | sed "s/^/$f: /"
+  done
+  echo "overall: $([ $all_ok = 1 ] && echo PASS || echo FAIL)"
+} | tee "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+grep -q 'overall: PASS' "$OUT/summary.txt"

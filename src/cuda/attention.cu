@@ -1,0 +1,365 @@
+// Host side of the CUDA attention backend: choose_config (the CUDA half of select_kernel),
+// plan_attention (sizes everything on the host; nothing is allocated at run time) and
+// run_attention (three launches on the caller's stream: tile prefix sums, the tiled kernel,
+// the deterministic split merge; no host synchronisation, so it can be captured in a graph).
+#include <algorithm>
+#include <climits>
+#include <memory>
+
+#include "src/cuda/attention_kernel.cuh"
+#include "src/cuda/cuda_backend.h"
+#include "src/cuda/cuda_config.h"
+#include "src/cuda/decode_mma.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+/// Backend data of a plan (AttentionPlan::State::backend).
+struct CudaPlan {
+  TiledConfig config;
+  std::int64_t total_tiles = 0;
+  TiledWorkspace workspace;
+  /// Decode fast path (KernelId::kCudaDecodeMMA): split size and grid split count. The tiled
+  /// configuration above is always planned too, so that run() can take the tiled path for
+  /// tensors whose base pointers turn out not to be 16-byte aligned.
+  bool decode_mma = false;
+  int decode_chunk = 0;
+  int decode_splits = 1;
+};
+
+// ------------------------------------------------------------------ prep kernel
+
+/// tile_start[s] = sum over s' < s of ceil(query_len[s'] / q_tokens); tile_start[num_seqs] =
+/// the total. One CTA of 1024 threads, block scans in a loop (deterministic, no atomics).
+__global__ void __launch_bounds__(1024)
+    tile_prefix_kernel(const std::int32_t* qsl, std::int64_t qsl0, int num_seqs, int q_tokens,
+                       std::int32_t* tile_start) {
+  __shared__ long long warp_tot[32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  long long carry = 0;
+  for (int base = 0; base < num_seqs; base += 1024) {
+    const int s = base + tid;
+    long long v = 0;
+    if (s < num_seqs) {
+      const long long ql = static_cast<long long>(qsl[static_cast<std::int64_t>(s + 1) * qsl0]) -
+                           static_cast<long long>(qsl[static_cast<std::int64_t>(s) * qsl0]);
+      v = ql > 0 ? (ql + q_tokens - 1) / q_tokens : 0;
+    }
+    long long x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const long long y = __shfl_up_sync(0xFFFFFFFFu, x, o);
+      if (lane >= o) x += y;
+    }
+    if (lane == 31) warp_tot[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+      long long w = warp_tot[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const long long y = __shfl_up_sync(0xFFFFFFFFu, w, o);
+        if (lane >= o) w += y;
+      }
+      warp_tot[lane] = w;
+    }
+    __syncthreads();
+    const long long incl = x + (warp > 0 ? warp_tot[warp - 1] : 0);
+    if (s < num_seqs) tile_start[s] = static_cast<std::int32_t>(min(carry + incl - v, (long long)INT_MAX));
+    carry += warp_tot[31];
+    __syncthreads();
+  }
+  if (tid == 0) tile_start[num_seqs] = static_cast<std::int32_t>(min(carry, (long long)INT_MAX));
+}
+
+// ------------------------------------------------------------------ split merge
+
+/// Combine the num_splits partial states of each (token, head) in split order (fixed, so the
+/// result is deterministic): out = sum_p e^(lse_p - M) out_p / sum_p e^(lse_p - M).
+template <class Q>
+__global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t rows = p.num_tokens * p.num_heads;
+  const std::int64_t warps_total = static_cast<std::int64_t>(gridDim.x) * 4;
+  const int S = p.num_splits;
+  const int D = p.head_size;
+  const std::int64_t split_stride = p.num_tokens * p.num_heads;
+  for (std::int64_t r = static_cast<std::int64_t>(blockIdx.x) * 4 + (threadIdx.x >> 5); r < rows;
+       r += warps_total) {
+    const std::int64_t tr = r / p.num_heads;
+    const std::int64_t head = r - tr * p.num_heads;
+    float mx = -INFINITY;
+    for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.part_lse[s * split_stride + r]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    if (mx != -INFINITY)
+      for (int s = lane; s < S; s += 32) {
+        const float l = p.part_lse[s * split_stride + r];
+        if (l != -INFINITY) sum += expf(l - mx);
+      }
+    sum = warp_sum(sum);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    Q* o = static_cast<Q*>(p.out) + tr * p.o0 + head * p.o1;
+    for (int d = lane; d < D; d += 32) {
+      float a = 0.f;
+      if (mx != -INFINITY) {
+        for (int s = 0; s < S; ++s) {
+          const float l = p.part_lse[s * split_stride + r];
+          if (l != -INFINITY) a = fmaf(expf(l - mx), p.part_out[(s * split_stride + r) * D + d], a);
+        }
+      }
+      store_rounded<Q>(o + d, a * inv);
+    }
+    if (p.lse && lane == 0)
+      p.lse[tr * p.l0 + head * p.l1] = (mx != -INFINITY && sum > 0.f) ? mx + logf(sum) : -INFINITY;
+  }
+}
+
+Strides4 strides4(const TensorView& t) {
+  Strides4 s{};
+  for (int d = 0; d < 4; ++d) s.s[d] = d < t.ndim ? t.strides[d] : 0;
+  return s;
+}
+
+int kv_kind(DType cache) {
+  return cache == DType::kFloat8E4M3 ? kKvE4M3 : cache == DType::kFloat8E5M2 ? kKvE5M2 : kKvSame;
+}
+
+template <class Q>
+cudaError_t launch_for_query(const AttnParams& p, int kv, int kp, int mmax, dim3 grid,
+                             cudaStream_t s) {
+  switch (kv) {
+    case kKvE4M3: return launch_tiled<Q, kKvE4M3>(p, kp, mmax, grid, s);
+    case kKvE5M2: return launch_tiled<Q, kKvE5M2>(p, kp, mmax, grid, s);
+    default: return launch_tiled<Q, kKvSame>(p, kp, mmax, grid, s);
+  }
+}
+
+}  // namespace
+
+Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
+                                   const PlanOptions& options) {
+  std::string why_not;
+  const std::int64_t smem = decode_mma_smem_bytes(problem.head_size);
+  bool fast = decode_mma_supported(problem, &why_not);
+  if (fast && smem > device_info.max_shared_memory_per_block) {
+    fast = false;
+    why_not = "shared memory limit below " + std::to_string(smem) + " bytes";
+  }
+  if (fast && options.tile_tokens > 0) {
+    fast = false;
+    why_not = "tile_tokens forced (the decode path's tile is fixed at 64)";
+  }
+  if (fast) {
+    KernelChoice c;
+    c.kernel = KernelId::kCudaDecodeMMA;
+    c.access = problem.access;
+    c.tile_tokens = kDecodeTileTokens;
+    const int chunk = decode_mma_chunk(problem, device_info.num_units,
+                                       device_info.max_shared_memory_per_block,
+                                       options.num_splits, &c.num_splits);
+    c.shared_memory_bytes = smem;
+    c.threads_per_block = kDecodeThreads;
+    c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
+               " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
+               std::to_string(problem.gqa_ratio()) + " packed into 16 MMA rows; " +
+               std::to_string(decode_mma_stages(problem.head_size)) +
+               "-stage cp.async pipeline of 64-token K/V tiles (independent of block_size " +
+               std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
+               " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +
+               "), at most " + std::to_string(c.num_splits) + " per sequence";
+    return c;
+  }
+  auto c = tiled_choose(problem, device_info, options);
+  if (c.ok()) c->reason += "; decode fast path not used: " + why_not;
+  return c;
+}
+
+Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
+                      AttentionPlan::State* state) {
+  const ProblemDesc& problem = state->problem;
+  auto info = query_device(args.query.device.index);
+  if (!info.ok()) return info.status();
+  auto plan = std::make_shared<CudaPlan>();
+  KernelChoice tiled = state->choice;
+  if (state->choice.kernel == KernelId::kCudaDecodeMMA) {
+    if (decode_mma_aligned_strides(args)) {
+      plan->decode_mma = true;
+      plan->decode_chunk = decode_mma_chunk(problem, info->num_units,
+                                            info->max_shared_memory_per_block,
+                                            state->options.num_splits, &plan->decode_splits);
+    }
+    // The tiled configuration: the fallback for unaligned pointers, or the path itself when
+    // the strides do not allow 16-byte copies.
+    auto t = tiled_choose(problem, *info, state->options);
+    if (!t.ok()) return t.status();
+    tiled = *t;
+    if (!plan->decode_mma) {
+      tiled.reason += "; decode fast path not used: strides are not multiples of 8 elements";
+      state->choice = tiled;
+    }
+  } else if (state->choice.kernel != KernelId::kCudaTiled) {
+    return Status(StatusCode::kInternal, std::string("cuda::plan_attention got kernel ") +
+                                             to_string(state->choice.kernel));
+  }
+  auto cfg = make_tiled_config(problem, std::max(1, tiled.tile_tokens),
+                               std::max(1, tiled.num_splits), info->max_shared_memory_per_block);
+  if (!cfg.ok()) return cfg.status();
+  plan->config = *cfg;
+  const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+  plan->total_tiles = num_seqs > 0 ? count_row_tiles(static_cast<const std::int32_t*>(
+                                                         host.query_start_loc.data),
+                                                     host.query_start_loc.strides[0], num_seqs,
+                                                     cfg->q_tokens)
+                                   : 0;
+  if (plan->total_tiles > INT_MAX)
+    return Status(StatusCode::kUnsupported, "cuda attention: " +
+                                                std::to_string(plan->total_tiles) +
+                                                " query-row tiles exceed the grid limit");
+  const std::int64_t grid_y =
+      static_cast<std::int64_t>(problem.num_kv_heads) * cfg->head_groups;
+  if (grid_y > 65535)
+    return Status(StatusCode::kUnsupported,
+                  "cuda attention: num_kv_heads * head groups = " + std::to_string(grid_y) +
+                      " exceeds 65535");
+  plan->workspace = tiled_workspace(num_seqs, args.query.shape[0], problem.num_heads,
+                                    problem.head_size, cfg->num_splits);
+  state->workspace_bytes = plan->workspace.total;
+  if (plan->decode_mma)
+    state->workspace_bytes = std::max(
+        state->workspace_bytes,
+        decode_mma_workspace(num_seqs, plan->decode_splits, problem.num_heads, problem.head_size));
+  state->backend = std::static_pointer_cast<const void>(
+      std::shared_ptr<const CudaPlan>(std::move(plan)));
+  return Status::Ok();
+}
+
+Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args, void* workspace,
+                     std::size_t workspace_bytes, Stream stream) {
+  const auto* cp = static_cast<const CudaPlan*>(plan.backend.get());
+  if (!cp) return Status(StatusCode::kInternal, "cuda::run_attention: the plan has no CUDA data");
+  if (workspace_bytes < plan.workspace_bytes || (plan.workspace_bytes > 0 && !workspace))
+    return Status(StatusCode::kInvalidArgument,
+                  "workspace: " + std::to_string(workspace_bytes) + " bytes; the plan needs " +
+                      std::to_string(plan.workspace_bytes));
+  if (cp->decode_mma && decode_mma_aligned(args))
+    return decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
+                          workspace, stream);
+  if (cp->total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
+  const int device = args.query.device.index;
+  DeviceGuard guard(device);
+  if (guard.status() != cudaSuccess) return cuda_error(guard.status(), "run_attention: set device");
+  const TiledConfig& cfg = cp->config;
+  int optin = 0;
+  PA_CUDA_RETURN(device_smem_optin(device, &optin), "cudaDeviceGetAttribute(smem opt-in)");
+  if (cfg.smem.total > optin)
+    return Status(StatusCode::kUnsupported,
+                  "cuda attention: the plan needs " + std::to_string(cfg.smem.total) +
+                      " bytes of shared memory; this device allows " + std::to_string(optin));
+
+  const KVCache& cache = args.cache;
+  const KVCacheGeometry& g = plan.geometry;
+  const int es = static_cast<int>(dtype_size(g.dtype));
+  const bool fp8 = is_fp8(g.dtype);
+  AttnParams p{};
+  p.q = args.query.data;
+  p.q0 = args.query.strides[0];
+  p.q1 = args.query.strides[1];
+  p.out = args.out.data;
+  p.o0 = args.out.strides[0];
+  p.o1 = args.out.strides[1];
+  if (args.lse.defined()) {
+    p.lse = static_cast<float*>(args.lse.data);
+    p.l0 = args.lse.strides[0];
+    p.l1 = args.lse.strides[1];
+  }
+  p.kc = cache.key.data;
+  p.vc = cache.value.data;
+  p.ks = strides4(cache.key);
+  p.vs = strides4(cache.value);
+  p.layout = static_cast<int>(cache.layout);
+  p.x = g.x > 0 ? g.x : 1;
+  p.num_blocks = g.num_blocks;
+  p.block_size = g.block_size;
+  const bool split = cache.layout == KVLayout::kSplit;
+  // Copy units: the largest of 16/8/4 bytes that base address and strides allow.
+  p.k_unit = choose_unit_bytes(reinterpret_cast<std::uintptr_t>(cache.key.data), p.ks.s,
+                               split ? 4 : 3, es, split ? g.x : g.head_size);
+  p.v_unit = choose_unit_bytes(reinterpret_cast<std::uintptr_t>(cache.value.data), p.vs.s,
+                               split ? 4 : 3, es, split ? 1 : g.head_size);
+  p.block_table = static_cast<const std::int32_t*>(args.block_table.data);
+  p.bt0 = args.block_table.strides[0];
+  p.bt1 = args.block_table.strides[1];
+  p.bt_width = args.block_table.shape[1];
+  p.seq_lens = static_cast<const std::int32_t*>(args.seq_lens.data);
+  p.sl0 = args.seq_lens.strides[0];
+  p.qsl = static_cast<const std::int32_t*>(args.query_start_loc.data);
+  p.qsl0 = args.query_start_loc.strides[0];
+  p.num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+  p.num_tokens = args.query.shape[0];
+  p.num_heads = static_cast<int>(args.query.shape[1]);
+  p.gqa = p.num_heads / g.num_kv_heads;
+  p.head_size = g.head_size;
+  p.score_scale = args.params.scale * (fp8 ? cache.k_scale : 1.0f);
+  p.v_scale = fp8 ? cache.v_scale : 1.0f;
+  p.softcap = args.params.softcap;
+  p.window = args.params.sliding_window;
+  if (args.params.alibi_slopes.defined()) {
+    p.alibi = static_cast<const float*>(args.params.alibi_slopes.data);
+    p.alibi0 = args.params.alibi_slopes.strides[0];
+  }
+  if (args.params.sinks.defined()) {
+    p.sinks = static_cast<const float*>(args.params.sinks.data);
+    p.sinks0 = args.params.sinks.strides[0];
+  }
+  p.heads_per_cta = cfg.heads_per_cta;
+  p.head_groups = cfg.head_groups;
+  p.q_tokens = cfg.q_tokens;
+  p.rows = cfg.rows;
+  p.tile_tokens = cfg.tile_tokens;
+  p.tile_rows = cfg.tile_rows;
+  p.num_splits = cfg.num_splits;
+  p.smem = cfg.smem;
+  unsigned char* ws = static_cast<unsigned char*>(workspace);
+  p.tile_start = reinterpret_cast<std::int32_t*>(ws + cp->workspace.off_tile_start);
+  if (cfg.num_splits > 1) {
+    p.part_lse = reinterpret_cast<float*>(ws + cp->workspace.off_part_lse);
+    p.part_out = reinterpret_cast<float*>(ws + cp->workspace.off_part_out);
+  }
+
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  tile_prefix_kernel<<<1, 1024, 0, s>>>(p.qsl, p.qsl0, p.num_seqs, p.q_tokens, p.tile_start);
+  PA_CUDA_RETURN(cudaGetLastError(), "tile_prefix_kernel launch");
+
+  const dim3 grid(static_cast<unsigned>(cp->total_tiles),
+                  static_cast<unsigned>(g.num_kv_heads * cfg.head_groups),
+                  static_cast<unsigned>(cfg.num_splits));
+  const int kv = kv_kind(g.dtype);
+  cudaError_t err = cudaSuccess;
+  switch (args.query.dtype) {
+    case DType::kFloat32: err = launch_for_query<float>(p, kv, cfg.kp, cfg.mmax, grid, s); break;
+    case DType::kFloat16: err = launch_for_query<__half>(p, kv, cfg.kp, cfg.mmax, grid, s); break;
+    case DType::kBFloat16:
+      err = launch_for_query<__nv_bfloat16>(p, kv, cfg.kp, cfg.mmax, grid, s);
+      break;
+    default:
+      return Status(StatusCode::kUnsupported,
+                    std::string("cuda attention: query dtype ") + to_string(args.query.dtype));
+  }
+  PA_CUDA_RETURN(err, "tiled_attention_kernel launch");
+
+  if (cfg.num_splits > 1) {
+    const std::int64_t rows = p.num_tokens * p.num_heads;
+    const unsigned blocks =
+        static_cast<unsigned>(std::min<std::int64_t>((rows + 3) / 4, std::int64_t{1} << 20));
+    switch (args.query.dtype) {
+      case DType::kFloat32: split_merge_kernel<float><<<blocks, 128, 0, s>>>(p); break;
+      case DType::kFloat16: split_merge_kernel<__half><<<blocks, 128, 0, s>>>(p); break;
+      default: split_merge_kernel<__nv_bfloat16><<<blocks, 128, 0, s>>>(p); break;
+    }
+    PA_CUDA_RETURN(cudaGetLastError(), "split_merge_kernel launch");
+  }
+  return Status::Ok();
+}
+
+}  // namespace pagedattn::cuda
