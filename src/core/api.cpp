@@ -108,6 +108,7 @@ Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetada
   state->geometry = g;
   state->options = options;
   state->problem = problem_from_args(args, g);
+  state->block_table_width = args.block_table.shape[1];
   PAGEDATTN_RETURN_IF_ERROR(validate::host_metadata(args, host, g, &state->problem.batch));
   auto choice = select_kernel(state->problem, *device_info, options);
   if (!choice.ok()) return choice.status();
@@ -128,7 +129,7 @@ Status run_attention(const AttentionPlan& plan, const AttentionArgs& args, void*
   PAGEDATTN_RETURN_IF_ERROR(validate::attention_args(args, /*need_data=*/true, &g));
   PAGEDATTN_RETURN_IF_ERROR(check_matches_plan(
       st->problem, problem_from_args(args, g), args.query.shape[0], args.seq_lens.shape[0],
-      args.block_table.shape[1], st->problem.batch.num_seqs > 0 ? args.block_table.shape[1] : 0));
+      args.block_table.shape[1], st->block_table_width));
   if (workspace_bytes < st->workspace_bytes || (st->workspace_bytes > 0 && workspace == nullptr))
     return invalid("workspace: " + std::to_string(workspace_bytes) + " bytes at " +
                    (workspace ? "a valid pointer" : "null") + ": the plan needs " +

@@ -27,6 +27,8 @@ struct AttentionPlan::State {
   KVCacheGeometry geometry;
   PlanOptions options;
   std::size_t workspace_bytes = 0;
+  /// block_table.shape[1] at plan time: run() must get the same width.
+  std::int64_t block_table_width = 0;
   /// CPU backend: the work list, ordered longest first for load balance.
   std::vector<CpuWorkItem> cpu_work;
   /// Backend-private data (CUDA).

@@ -35,10 +35,40 @@ struct CaseConfig {
   float k_scale = 1.0f;              // fp8 only; 0 = derived from the data
   float v_scale = 1.0f;
   std::string name;                  // empty = case_name(*this)
+  /// Last component of case_name() (a lengths profile such as "decode", or a fault class such
+  /// as "zeroq"); empty = derived from the lengths ("s3_max544_t7").
+  std::string tag;
+  /// Softmax scale; 0 = kDefaultScaleBoost * default_scale(head_size). The boost makes the
+  /// softmax peaked: with inputs uniform in [-1, 1] and the model scale the logits have a
+  /// standard deviation of 1/3, the weights are nearly uniform and a missing or extra key
+  /// (window off by one, unmasked tail) moves the output by less than the fp16 budget.
+  float scale = 0.0f;
+  /// Elements between consecutive tokens of query and out beyond num_heads * head_size
+  /// (token-strided activations, as a fused QKV projection produces). 0 = dense.
+  std::int64_t token_pad = 0;
+  /// Elements between consecutive heads of query and out beyond head_size (head-strided
+  /// activations). 0 = dense.
+  std::int64_t head_pad = 0;
+  /// Metadata tensors with non-unit strides: block_table rows 3 entries (of -1) apart,
+  /// seq_lens and query_start_loc every other int32 (the gaps hold INT32_MAX), slot_mapping
+  /// every other element (the gaps hold slot 0). Readers must use the strides, never assume
+  /// dense rows.
+  bool strided_metadata = false;
+  /// dtype of slot_mapping (int32 or int64; both are part of the API).
+  DType slot_dtype = DType::kInt64;
 };
 
+/// See CaseConfig::scale.
+inline constexpr float kDefaultScaleBoost = 6.0f;
+
+/// The softmax scale run_case uses for `config` (CaseConfig::scale resolved).
+float case_scale(const CaseConfig& config);
+
 /// Readable unique name: "<layout>_bs<B>_h<D>_q<H>kv<KVH>_<dtype>[_<kvdtype>][_window<W>]
-/// [_softcap<C>][_alibi][_sinks][_pad<P>]_<lengths-tag>".
+/// [_softcap<C>][_alibi][_sinks][_pad<P>][_tile<T>][_splits<S>][_ks<K>_vs<V>][_tokpad<P>]
+/// [_headpad<P>][_stridedmeta][_i32slots][_nolse]_<lengths-tag>" (kvdtype "fp8e4m3" or
+/// "fp8e5m2"; a '.' in a number is written 'p', so that every name is a valid GoogleTest
+/// parameter name: letters, digits and '_' only).
 std::string case_name(const CaseConfig& config);
 
 /// Comparison budget: |out - ref| <= atol + rtol * |ref| (DESIGN.md §4). One table.
@@ -56,6 +86,11 @@ struct CaseResult {
   std::int64_t elements_checked = 0;
   std::string detail;         // first failing element, for messages
   KernelChoice choice;        // what ran
+  /// True when the cache that write_kv produced equals the writer oracle's bit for bit (over
+  /// the whole allocation: written slots, canary-poisoned tails, unused blocks, page padding).
+  bool writer_exact = false;
+  /// Wall time of the library's attention run (plan excluded), milliseconds.
+  double run_ms = 0;
 };
 
 /// Build, run and compare one case on config.device.

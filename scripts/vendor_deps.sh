@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Copy the build dependencies installed here (Debian packages: CLI11, nlohmann-json, fmt
+# headers, GoogleTest sources) into .deps/, for a machine that has none of them and cannot
+# install packages (the GPU machine). CMake uses .deps/ only for what find_package misses.
+# .deps/ is git-ignored; pass it to the device tool in `carry`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh >/dev/null 2>&1 || true   # makes sure the packages are installed here
+rm -rf .deps && mkdir -p .deps/include
+cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .deps/include/
+cp -r /usr/src/googletest .deps/googletest
+echo "vendored into .deps: $(du -sh .deps | cut -f1)"

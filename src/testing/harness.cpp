@@ -1,0 +1,786 @@
+// run_case and the tolerance table (DESIGN.md §4): build one case's inputs, write them through
+// write_kv into a NaN-poisoned cache on the case's device, run plan/run, and compare with the
+// oracle (reference_write_kv + reference_attention) on the same rounded/quantised inputs.
+#include "src/testing/harness.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/core/numeric.h"
+#include "src/cuda/cuda_backend.h"
+
+namespace pagedattn::testing {
+
+float case_scale(const CaseConfig& config) {
+  if (config.scale != 0.0f) return config.scale;
+  return kDefaultScaleBoost * default_scale(config.head_size);
+}
+
+// ------------------------------------------------------------------------ tolerances
+Tolerance tolerance_for(DType dtype, DType kv_dtype) {
+  // The oracle runs on the same rounded (and, for fp8, the same dequantised) inputs, so the
+  // budget covers only the kernel's arithmetic and the final rounding of `out` to `dtype`;
+  // an fp8 cache therefore does not widen it (`kv_dtype` is accepted so that the table stays
+  // the one place to change if a backend ever needs it).
+  (void)kv_dtype;
+  switch (dtype) {
+    case DType::kFloat32:
+      // fp32 accumulation over a few thousand keys with a peaked softmax: the error of
+      // sum(p_j v_j) in online-softmax order is ~sqrt(n) ulp of the largest term, a few 1e-7
+      // for n = 4097, well inside 1e-5. Measured over the matrix: worst |diff| / budget 0.09 on
+      // the CPU backend and 0.11 on the CUDA one (H200), so 1e-5 keeps a 9x margin and needs
+      // no scaling with the sequence length.
+      return {1e-5, 1e-5};
+    case DType::kFloat16:
+      // Output rounding alone is half an ulp: 2^-11 relative (4.9e-4).
+      return {1e-3, 1e-3};
+    case DType::kBFloat16:
+      // Output rounding alone is 2^-8 relative (3.9e-3).
+      return {8e-3, 8e-3};
+    default:
+      return {0, 0};
+  }
+}
+
+namespace {
+
+// ------------------------------------------------------------------------ helpers
+/// splitmix64: a tiny generator whose sequence is the same on every platform and standard
+/// library (std::uniform_real_distribution is not), so a seed names the same inputs everywhere.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  std::uint64_t next() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  /// Uniform in [lo, hi).
+  float uniform(float lo, float hi) {
+    const double u = static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0);
+    return static_cast<float>(lo + (hi - lo) * u);
+  }
+  /// Uniform integer in [0, n).
+  std::uint64_t below(std::uint64_t n) { return n ? next() % n : 0; }
+
+ private:
+  std::uint64_t state_;
+};
+
+/// One element of a NaN bit pattern per dtype (DESIGN.md §2: memory the math does not use is
+/// filled with NaN). The payloads are unusual on purpose, so a check can also tell "untouched"
+/// from "overwritten by some other NaN".
+std::vector<std::uint8_t> poison_element(DType dtype) {
+  std::vector<std::uint8_t> e(dtype_size(dtype));
+  switch (dtype) {
+    case DType::kFloat32: {
+      const std::uint32_t v = 0x7FC5A5A5u;
+      std::memcpy(e.data(), &v, 4);
+      break;
+    }
+    case DType::kFloat16: {
+      const std::uint16_t v = 0x7E5Au;
+      std::memcpy(e.data(), &v, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      const std::uint16_t v = 0x7FDAu;
+      std::memcpy(e.data(), &v, 2);
+      break;
+    }
+    case DType::kFloat8E4M3:
+      e[0] = 0x7F;
+      break;  // e4m3fn NaN
+    case DType::kFloat8E5M2:
+      e[0] = 0xFF;
+      break;  // e5m2 NaN (exponent 31, mantissa 3)
+    default:
+      std::fill(e.begin(), e.end(), 0xA5);
+      break;
+  }
+  return e;
+}
+
+std::vector<std::uint8_t> poisoned_bytes(DType dtype, std::int64_t elements) {
+  const std::vector<std::uint8_t> e = poison_element(dtype);
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(elements) * e.size());
+  for (std::size_t i = 0; i < out.size(); i += e.size()) std::memcpy(&out[i], e.data(), e.size());
+  return out;
+}
+
+constexpr std::uint8_t kGuardByte = 0xC3;
+/// Guard bytes on each side of every buffer the library writes; a multiple of 16 so that the
+/// payload keeps the allocation's alignment.
+constexpr std::size_t kGuard = 64;
+
+/// Memory on the case's device with guard regions: `guard` bytes of kGuardByte before and after
+/// the payload, checked after the run (DESIGN.md §4 "guard regions around every buffer stay
+/// intact"). Inputs the library only reads get no guard, so that their last element ends the
+/// allocation (a read past it faults under compute-sanitizer / ASan).
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(device_, o.device_);
+    std::swap(host_, o.host_);
+    std::swap(dev_ptr_, o.dev_ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(guard_, o.guard_);
+    return *this;
+  }
+  ~Buffer() {
+    if (dev_ptr_) cuda::device_free(dev_ptr_);
+  }
+
+  /// Allocate and fill with `payload` (whose size is the payload size), guards around it.
+  static Result<Buffer> create(Device device, const std::vector<std::uint8_t>& payload,
+                               std::size_t guard) {
+    Buffer b;
+    b.device_ = device;
+    b.bytes_ = payload.size();
+    b.guard_ = guard;
+    // Built in place: caches of large blocks reach hundreds of MB, and every extra copy shows
+    // in the CPU suite's run time.
+    std::vector<std::uint8_t> full(payload.size() + 2 * guard, kGuardByte);
+    if (!payload.empty()) std::memcpy(full.data() + guard, payload.data(), payload.size());
+    if (device.type == DeviceType::kCPU) {
+      b.host_ = std::move(full);
+      return b;
+    }
+    // At least one byte, so that an empty tensor still has a distinct non-null address.
+    auto mem = cuda::device_malloc(std::max<std::size_t>(full.size(), 1));
+    if (!mem.ok()) return mem.status();
+    b.dev_ptr_ = *mem;
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(b.dev_ptr_, full.data(), full.size()));
+    return b;
+  }
+
+  void* data() {
+    std::uint8_t* base =
+        device_.type == DeviceType::kCPU ? host_.data() : static_cast<std::uint8_t*>(dev_ptr_);
+    return base + guard_;
+  }
+
+  /// Overwrite the payload (same size) with `payload`; guards stay as they are.
+  Status upload(const std::vector<std::uint8_t>& payload) {
+    if (payload.size() != bytes_) return Status(StatusCode::kInternal, "Buffer::upload: size");
+    if (bytes_ == 0) return Status::Ok();
+    if (device_.type == DeviceType::kCPU) {
+      std::memcpy(host_.data() + guard_, payload.data(), bytes_);
+      return Status::Ok();
+    }
+    return cuda::copy_to_device(static_cast<std::uint8_t*>(dev_ptr_) + guard_, payload.data(),
+                                bytes_);
+  }
+
+  /// Copy the payload back to the host.
+  Status download(std::vector<std::uint8_t>* payload) {
+    payload->resize(bytes_);
+    if (bytes_ == 0) return Status::Ok();
+    if (device_.type == DeviceType::kCPU) {
+      std::memcpy(payload->data(), host_.data() + guard_, bytes_);
+      return Status::Ok();
+    }
+    return cuda::copy_to_host(payload->data(), static_cast<std::uint8_t*>(dev_ptr_) + guard_,
+                              bytes_);
+  }
+
+  /// Empty string if both guard regions are intact, else where the first damage is.
+  Result<std::string> damaged_guard(const char* name) {
+    std::vector<std::uint8_t> before(guard_), after(guard_);
+    if (guard_ > 0) {
+      if (device_.type == DeviceType::kCPU) {
+        std::memcpy(before.data(), host_.data(), guard_);
+        std::memcpy(after.data(), host_.data() + guard_ + bytes_, guard_);
+      } else {
+        auto* base = static_cast<std::uint8_t*>(dev_ptr_);
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(before.data(), base, guard_));
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(after.data(), base + guard_ + bytes_, guard_));
+      }
+    }
+    for (std::size_t i = 0; i < guard_; ++i) {
+      if (before[i] != kGuardByte)
+        return fmt::format("{}: guard byte {} before the buffer was overwritten", name, guard_ - i);
+      if (after[i] != kGuardByte)
+        return fmt::format("{}: guard byte {} past the end of the buffer was overwritten", name, i);
+    }
+    return std::string();
+  }
+
+ private:
+  Device device_{};
+  std::vector<std::uint8_t> host_;
+  void* dev_ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t guard_ = 0;
+};
+
+template <class T>
+std::vector<std::uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+Status invalid_config(const std::string& message) {
+  return Status(StatusCode::kInvalidArgument, "case config: " + message);
+}
+
+/// Checks the harness itself needs before it can build inputs; everything else (window < 0,
+/// unsupported head sizes, ...) is left to the library, whose status the case then reports.
+Status check_config(const CaseConfig& c) {
+  if (c.seq_lens.empty()) return invalid_config("seq_lens is empty");
+  if (c.seq_lens.size() != c.query_lens.size())
+    return invalid_config(
+        fmt::format("{} seq_lens but {} query_lens", c.seq_lens.size(), c.query_lens.size()));
+  for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
+    if (c.seq_lens[i] < 0 || c.query_lens[i] < 0)
+      return invalid_config(fmt::format("sequence {}: negative length", i));
+    if (c.query_lens[i] > c.seq_lens[i])
+      return invalid_config(
+          fmt::format("sequence {}: query_len {} > seq_len {}", i, c.query_lens[i], c.seq_lens[i]));
+  }
+  if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_size <= 0 || c.block_size <= 0)
+    return invalid_config("num_heads, num_kv_heads, head_size and block_size must be > 0");
+  if (c.num_heads % c.num_kv_heads != 0)
+    return invalid_config(fmt::format("num_heads {} is not a multiple of num_kv_heads {}",
+                                      c.num_heads, c.num_kv_heads));
+  if (c.extra_blocks < 0) return invalid_config("extra_blocks < 0");
+  if (c.token_pad < 0 || c.head_pad < 0) return invalid_config("token_pad or head_pad < 0");
+  if (c.dtype != DType::kFloat32 && c.dtype != DType::kFloat16 && c.dtype != DType::kBFloat16)
+    return invalid_config(std::string("dtype ") + to_string(c.dtype) +
+                          ": expected fp32, fp16 or bf16");
+  if (c.kv_dtype != c.dtype && !is_fp8(c.kv_dtype))
+    return invalid_config(std::string("kv_dtype ") + to_string(c.kv_dtype) +
+                          ": expected the query dtype or an fp8 dtype");
+  if (c.slot_dtype != DType::kInt32 && c.slot_dtype != DType::kInt64)
+    return invalid_config("slot_dtype must be int32 or int64");
+  return Status::Ok();
+}
+
+/// "(token 5 = seq 2 row 3 of 4, q_pos 40)" for messages.
+struct RowLocator {
+  std::vector<int> seq_of_token;
+  std::vector<int> row_in_seq;
+  const CaseConfig* config = nullptr;
+  std::string where(std::int64_t token) const {
+    const int s = seq_of_token[static_cast<std::size_t>(token)];
+    const int row = row_in_seq[static_cast<std::size_t>(token)];
+    const int qlen = config->query_lens[static_cast<std::size_t>(s)];
+    const int slen = config->seq_lens[static_cast<std::size_t>(s)];
+    return fmt::format("token {} = seq {} row {} of {}, q_pos {} of seq_len {}", token, s, row,
+                       qlen, slen - qlen + row, slen);
+  }
+};
+
+/// Element-wise |got - ref| <= atol + rtol * |ref| with NaN never passing; records the worst
+/// ratio and the first failure into `result`.
+class Comparator {
+ public:
+  Comparator(Tolerance tol, CaseResult* result) : tol_(tol), result_(result) {}
+  /// `describe()` names the element; it is only called for the first failure.
+  template <class Describe>
+  void check(double got, double ref, Describe describe) {
+    ++result_->elements_checked;
+    const double err = std::fabs(got - ref);
+    const double budget = tol_.atol + tol_.rtol * std::fabs(ref);
+    const bool bad = !(err <= budget);  // NaN in either side fails
+    const double ratio = std::isnan(err) ? std::numeric_limits<double>::infinity() : err / budget;
+    if (std::isnan(err)) {
+      result_->max_abs_error = std::numeric_limits<double>::infinity();
+    } else {
+      result_->max_abs_error = std::max(result_->max_abs_error, err);
+    }
+    result_->worst_ratio = std::max(result_->worst_ratio, ratio);
+    if (bad) {
+      ++failures_;
+      if (first_.empty())
+        first_ = fmt::format("{} = {:.8g}, reference {:.8g} (|diff| {:.3g} > budget {:.3g})",
+                             describe(), got, ref, err, budget);
+    }
+  }
+  std::int64_t failures() const { return failures_; }
+  const std::string& first() const { return first_; }
+
+ private:
+  Tolerance tol_;
+  CaseResult* result_;
+  std::int64_t failures_ = 0;
+  std::string first_;
+};
+
+/// First byte at which two equally long byte vectors differ, or -1.
+std::int64_t first_difference(const std::vector<std::uint8_t>& a,
+                              const std::vector<std::uint8_t>& b) {
+  if (a.size() != b.size()) return 0;
+  if (std::memcmp(a.data(), b.data(), a.size()) == 0) return -1;
+  return std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
+}
+
+/// Describes element `elem` of a cache tensor by its index along every dimension.
+std::string cache_index(const TensorView& t, std::int64_t elem) {
+  // Find the index by peeling strides largest first; padding elements fall outside every
+  // index (then the remainder is reported).
+  std::vector<int> order(static_cast<std::size_t>(t.ndim));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return t.strides[a] > t.strides[b]; });
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(t.ndim), 0);
+  std::int64_t rest = elem;
+  for (int d : order) {
+    const std::int64_t i = std::min(rest / t.strides[d], t.shape[d] - 1);
+    idx[static_cast<std::size_t>(d)] = i;
+    rest -= i * t.strides[d];
+  }
+  std::string s = "[";
+  for (int d = 0; d < t.ndim; ++d)
+    s += (d ? ", " : "") + std::to_string(idx[static_cast<std::size_t>(d)]);
+  s += "]";
+  if (rest != 0) s += fmt::format(" + {} (page padding)", rest);
+  return s;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------ run_case
+CaseResult run_case(const CaseConfig& c) {
+  CaseResult r;
+  r.status = check_config(c);
+  if (!r.status.ok()) return r;
+  auto fail = [&r](Status st) {
+    r.status = std::move(st);
+    r.pass = false;
+    return r;
+  };
+
+  Rng rng(c.seed);
+  const Device dev = c.device;
+  const int num_seqs = static_cast<int>(c.seq_lens.size());
+  const std::int64_t H = c.num_heads, KVH = c.num_kv_heads, D = c.head_size, BS = c.block_size;
+  const bool fp8 = is_fp8(c.kv_dtype);
+
+  // ---- physical blocks: a random permutation of a pool larger than needed ------------------
+  std::vector<std::int64_t> blocks_of(static_cast<std::size_t>(num_seqs));
+  std::int64_t needed = 0, max_blocks = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    blocks_of[static_cast<std::size_t>(s)] =
+        (c.seq_lens[static_cast<std::size_t>(s)] + BS - 1) / BS;
+    needed += blocks_of[static_cast<std::size_t>(s)];
+    max_blocks = std::max(max_blocks, blocks_of[static_cast<std::size_t>(s)]);
+  }
+  const std::int64_t pool = std::max<std::int64_t>(1, needed + c.extra_blocks);
+  std::vector<std::int32_t> perm(static_cast<std::size_t>(pool));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (std::int64_t i = pool - 1; i > 0; --i)
+    std::swap(perm[static_cast<std::size_t>(i)],
+              perm[static_cast<std::size_t>(rng.below(static_cast<std::uint64_t>(i + 1)))]);
+  // One column more than any sequence needs; entries past a sequence's blocks point at an
+  // unused (NaN) block when there is one, so reading past ceil(seq_len / block_size) shows up
+  // as NaN while the ids stay in range.
+  const std::int64_t width = max_blocks + 1;
+  const std::int64_t bt_stride = width + (c.strided_metadata ? 3 : 0);  // row stride
+  const std::int32_t unused_block = perm[static_cast<std::size_t>(pool - 1)];
+  std::vector<std::int32_t> block_table(static_cast<std::size_t>(num_seqs * bt_stride), -1);
+  {
+    std::int64_t next = 0;
+    for (int s = 0; s < num_seqs; ++s)
+      for (std::int64_t j = 0; j < width; ++j)
+        block_table[static_cast<std::size_t>(s * bt_stride + j)] =
+            j < blocks_of[static_cast<std::size_t>(s)] ? perm[static_cast<std::size_t>(next++)]
+                                                       : unused_block;
+  }
+
+  // ---- new K/V rows: every token of every sequence (context and this step's tokens) ---------
+  // All K/V reach the cache through write_kv. The rows come in a shuffled order, with a few
+  // padding rows (slot -1, NaN data: skipping must not write them) and extra rows past
+  // num_tokens (CUDA-graph padding: the token count comes from slot_mapping, never from key).
+  struct Row {
+    std::int64_t slot;
+  };
+  std::vector<Row> rows;
+  for (int s = 0; s < num_seqs; ++s)
+    for (int t = 0; t < c.seq_lens[static_cast<std::size_t>(s)]; ++t)
+      rows.push_back({static_cast<std::int64_t>(
+                          block_table[static_cast<std::size_t>(s * bt_stride + t / BS)]) *
+                          BS +
+                      t % BS});
+  const int padding_rows = 2;
+  for (int i = 0; i < padding_rows; ++i) rows.push_back({-1 - i});
+  for (std::size_t i = rows.size(); i > 1; --i)
+    std::swap(rows[i - 1], rows[static_cast<std::size_t>(rng.below(i))]);
+  const std::int64_t n_rows = static_cast<std::int64_t>(rows.size());
+  const std::int64_t extra_rows = 3;
+  // K and V are strided views of one [rows, 2, KVH, D] buffer (a fused projection's output).
+  const std::int64_t kv_row_stride = 2 * KVH * D;
+  const std::int64_t kv_elems = (n_rows + extra_rows) * kv_row_stride;
+  const std::size_t in_size = dtype_size(c.dtype);
+  std::vector<std::uint8_t> kv_in = poisoned_bytes(c.dtype, kv_elems);
+  float k_amax = 0, v_amax = 0;
+  {
+    std::vector<float> kv_f(static_cast<std::size_t>(n_rows * kv_row_stride));
+    for (std::int64_t i = 0; i < n_rows; ++i) {
+      if (rows[static_cast<std::size_t>(i)].slot < 0) continue;
+      for (std::int64_t e = 0; e < kv_row_stride; ++e) {
+        const float v = rng.uniform(-1.0f, 1.0f);
+        kv_f[static_cast<std::size_t>(i * kv_row_stride + e)] = v;
+        float& amax = e < KVH * D ? k_amax : v_amax;
+        amax = std::max(amax, std::fabs(v));
+      }
+    }
+    for (std::int64_t i = 0; i < n_rows; ++i) {
+      if (rows[static_cast<std::size_t>(i)].slot < 0) continue;  // stays NaN
+      for (std::int64_t e = 0; e < kv_row_stride; ++e)
+        numeric::store_from_float(kv_in.data(), c.dtype, i * kv_row_stride + e,
+                                  kv_f[static_cast<std::size_t>(i * kv_row_stride + e)]);
+    }
+  }
+  // With strided metadata the slot mapping is every other element too; the gaps hold slot 0,
+  // a valid slot, so a writer that ignores the stride writes the wrong slots (caught bitwise).
+  const std::int64_t slot_stride = c.strided_metadata ? 2 : 1;
+  std::vector<std::uint8_t> slots_bytes;
+  if (c.slot_dtype == DType::kInt32) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(n_rows * slot_stride), 0);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      v[i * static_cast<std::size_t>(slot_stride)] = static_cast<std::int32_t>(rows[i].slot);
+    slots_bytes = as_bytes(v);
+  } else {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(n_rows * slot_stride), 0);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      v[i * static_cast<std::size_t>(slot_stride)] = rows[i].slot;
+    slots_bytes = as_bytes(v);
+  }
+  // Scales: as configured, or derived from the data (vLLM's amax / 64) when 0.
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if (fp8) {
+    k_scale = c.k_scale != 0.0f ? c.k_scale : std::max(k_amax, 1e-6f) / 64.0f;
+    v_scale = c.v_scale != 0.0f ? c.v_scale : std::max(v_amax, 1e-6f) / 64.0f;
+  }
+
+  // ---- query (exactly sized: the last row ends the allocation) -----------------------------
+  std::vector<int> starts(static_cast<std::size_t>(num_seqs) + 1, 0);
+  for (int s = 0; s < num_seqs; ++s)
+    starts[static_cast<std::size_t>(s) + 1] =
+        starts[static_cast<std::size_t>(s)] + c.query_lens[static_cast<std::size_t>(s)];
+  const std::int64_t T = starts.back();
+  RowLocator loc;
+  loc.config = &c;
+  for (int s = 0; s < num_seqs; ++s)
+    for (int i = 0; i < c.query_lens[static_cast<std::size_t>(s)]; ++i) {
+      loc.seq_of_token.push_back(s);
+      loc.row_in_seq.push_back(i);
+    }
+  const std::int64_t head_stride = D + c.head_pad;
+  const std::int64_t tok_stride = H * head_stride + c.token_pad;
+  // Exactly the span of the view: the last head of the last row ends the allocation.
+  const std::int64_t act_elems = T > 0 ? (T - 1) * tok_stride + (H - 1) * head_stride + D : 0;
+  std::vector<std::uint8_t> q_bytes = poisoned_bytes(c.dtype, act_elems);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t d = 0; d < D; ++d)
+        numeric::store_from_float(q_bytes.data(), c.dtype, t * tok_stride + h * head_stride + d,
+                                  rng.uniform(-1.0f, 1.0f));
+  const std::vector<std::uint8_t> out_init = poisoned_bytes(c.dtype, act_elems);
+  // lse rows are 2 floats apart beyond num_heads with strided metadata (strided output).
+  const std::int64_t lse_stride = H + (c.strided_metadata ? 2 : 0);
+  const std::int64_t lse_elems = T > 0 ? (T - 1) * lse_stride + H : 0;
+  const std::vector<std::uint8_t> lse_init = poisoned_bytes(DType::kFloat32, lse_elems);
+
+  std::vector<float> alibi(static_cast<std::size_t>(H)), sinks(static_cast<std::size_t>(H));
+  for (std::int64_t h = 0; h < H; ++h) {
+    // Bloom-style geometric slopes, jittered by the seed.
+    alibi[static_cast<std::size_t>(h)] =
+        std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(H)) *
+        rng.uniform(0.5f, 1.5f);
+    // Raw logits comparable with the (boosted) scaled scores, so that the sink matters.
+    sinks[static_cast<std::size_t>(h)] = rng.uniform(-1.0f, 3.0f);
+  }
+  // seq_lens and query_start_loc, every other element when strided (gaps hold INT32_MAX).
+  const std::int64_t ms = c.strided_metadata ? 2 : 1;
+  std::vector<std::int32_t> seq_lens(static_cast<std::size_t>(num_seqs * ms), 0x7FFFFFFF);
+  std::vector<std::int32_t> qsl(static_cast<std::size_t>((num_seqs + 1) * ms), 0x7FFFFFFF);
+  for (int s = 0; s < num_seqs; ++s)
+    seq_lens[static_cast<std::size_t>(s * ms)] = c.seq_lens[static_cast<std::size_t>(s)];
+  for (int s = 0; s <= num_seqs; ++s)
+    qsl[static_cast<std::size_t>(s * ms)] = starts[static_cast<std::size_t>(s)];
+
+  // ---- caches, poisoned everywhere (tails, unused blocks, page padding) --------------------
+  KVCacheSpec spec;
+  spec.layout = c.layout;
+  spec.num_blocks = pool;
+  spec.block_size = c.block_size;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_size = c.head_size;
+  spec.dtype = c.kv_dtype;
+  spec.page_pad = c.page_pad;
+  auto cache_elems = kv_cache_elements(spec);
+  if (!cache_elems.ok()) return fail(cache_elems.status());
+  const std::vector<std::uint8_t> cache_init = poisoned_bytes(c.kv_dtype, *cache_elems);
+
+  // ---- device buffers ----------------------------------------------------------------------
+  auto mk = [&](const std::vector<std::uint8_t>& payload, std::size_t guard) {
+    return Buffer::create(dev, payload, guard);
+  };
+  auto b_kcache = mk(cache_init, kGuard);
+  if (!b_kcache.ok()) return fail(b_kcache.status());
+  auto b_vcache = mk(cache_init, kGuard);
+  if (!b_vcache.ok()) return fail(b_vcache.status());
+  auto b_kv = mk(kv_in, 0);
+  if (!b_kv.ok()) return fail(b_kv.status());
+  auto b_slots = mk(slots_bytes, 0);
+  if (!b_slots.ok()) return fail(b_slots.status());
+  auto b_q = mk(q_bytes, 0);
+  if (!b_q.ok()) return fail(b_q.status());
+  auto b_out = mk(out_init, kGuard);
+  if (!b_out.ok()) return fail(b_out.status());
+  auto b_lse = mk(lse_init, kGuard);
+  if (!b_lse.ok()) return fail(b_lse.status());
+  auto b_bt = mk(as_bytes(block_table), 0);
+  if (!b_bt.ok()) return fail(b_bt.status());
+  auto b_sl = mk(as_bytes(seq_lens), 0);
+  if (!b_sl.ok()) return fail(b_sl.status());
+  auto b_qsl = mk(as_bytes(qsl), 0);
+  if (!b_qsl.ok()) return fail(b_qsl.status());
+  auto b_alibi = mk(as_bytes(alibi), 0);
+  if (!b_alibi.ok()) return fail(b_alibi.status());
+  auto b_sinks = mk(as_bytes(sinks), 0);
+  if (!b_sinks.ok()) return fail(b_sinks.status());
+
+  auto cache = make_kv_cache(spec, b_kcache->data(), b_vcache->data(), dev, k_scale, v_scale);
+  if (!cache.ok()) return fail(cache.status());
+  const TensorView key_in = TensorView::strided(
+      b_kv->data(), c.dtype, {n_rows + extra_rows, KVH, D}, {kv_row_stride, D, 1}, dev);
+  const TensorView value_in = TensorView::strided(
+      static_cast<std::uint8_t*>(b_kv->data()) + KVH * D * static_cast<std::int64_t>(in_size),
+      c.dtype, {n_rows + extra_rows, KVH, D}, {kv_row_stride, D, 1}, dev);
+  const TensorView slots =
+      TensorView::strided(b_slots->data(), c.slot_dtype, {n_rows}, {slot_stride}, dev);
+
+  // ---- write through the library -------------------------------------------------------------
+  WriteKVOptions wopts;
+  const TensorView host_slots =
+      TensorView::strided(slots_bytes.data(), c.slot_dtype, {n_rows}, {slot_stride});
+  if (dev.type != DeviceType::kCPU) wopts.host_slot_mapping = host_slots;
+  {
+    Status st = write_kv(key_in, value_in, slots, *cache, nullptr, wopts);
+    if (!st.ok()) return fail(st);
+  }
+
+  // ---- the writer oracle, on host copies of the same poisoned memory -------------------------
+  std::vector<std::uint8_t> ref_k = cache_init, ref_v = cache_init;
+  auto ref_cache = make_kv_cache(spec, ref_k.data(), ref_v.data(), Device::cpu(), k_scale, v_scale);
+  if (!ref_cache.ok()) return fail(ref_cache.status());
+  {
+    const TensorView hk = TensorView::strided(kv_in.data(), c.dtype, {n_rows + extra_rows, KVH, D},
+                                              {kv_row_stride, D, 1});
+    const TensorView hv =
+        TensorView::strided(kv_in.data() + KVH * D * static_cast<std::int64_t>(in_size), c.dtype,
+                            {n_rows + extra_rows, KVH, D}, {kv_row_stride, D, 1});
+    Status st = reference_write_kv(hk, hv, host_slots, *ref_cache);
+    if (!st.ok())
+      return fail(Status(StatusCode::kInternal, "reference_write_kv: " + st.to_string()));
+  }
+  std::vector<std::string> problems;  // every independent failure, first one first
+  {
+    std::vector<std::uint8_t> got_k, got_v;
+    Status st = b_kcache->download(&got_k);
+    if (st.ok()) st = b_vcache->download(&got_v);
+    if (!st.ok()) return fail(st);
+    r.writer_exact = true;
+    for (int which = 0; which < 2; ++which) {
+      const auto& got = which ? got_v : got_k;
+      const auto& want = which ? ref_v : ref_k;
+      const std::int64_t at = first_difference(got, want);
+      if (at < 0) continue;
+      r.writer_exact = false;
+      const std::size_t es = dtype_size(c.kv_dtype);
+      const TensorView& tv = which ? cache->value : cache->key;
+      const std::int64_t elem = at / static_cast<std::int64_t>(es);
+      std::uint32_t g = 0, w = 0;
+      std::memcpy(&g, &got[static_cast<std::size_t>(elem) * es], es);
+      std::memcpy(&w, &want[static_cast<std::size_t>(elem) * es], es);
+      problems.push_back(fmt::format(
+          "write_kv: {} element {} {} is 0x{:0{}x}, the writer oracle has 0x{:0{}x}",
+          which ? "value_cache" : "key_cache", elem, cache_index(tv, elem), g, 2 * es, w, 2 * es));
+    }
+  }
+
+  // ---- attention through the library ---------------------------------------------------------
+  AttentionArgs args;
+  args.query =
+      TensorView::strided(b_q->data(), c.dtype, {T, H, D}, {tok_stride, head_stride, 1}, dev);
+  args.out =
+      TensorView::strided(b_out->data(), c.dtype, {T, H, D}, {tok_stride, head_stride, 1}, dev);
+  if (c.lse)
+    args.lse = TensorView::strided(b_lse->data(), DType::kFloat32, {T, H}, {lse_stride, 1}, dev);
+  args.cache = *cache;
+  args.block_table =
+      TensorView::strided(b_bt->data(), DType::kInt32, {num_seqs, width}, {bt_stride, 1}, dev);
+  args.seq_lens = TensorView::strided(b_sl->data(), DType::kInt32, {num_seqs}, {ms}, dev);
+  args.query_start_loc =
+      TensorView::strided(b_qsl->data(), DType::kInt32, {num_seqs + 1}, {ms}, dev);
+  args.params.scale = case_scale(c);
+  args.params.softcap = c.softcap;
+  args.params.sliding_window = c.sliding_window;
+  if (c.alibi)
+    args.params.alibi_slopes = TensorView::contiguous(b_alibi->data(), DType::kFloat32, {H}, dev);
+  if (c.sinks)
+    args.params.sinks = TensorView::contiguous(b_sinks->data(), DType::kFloat32, {H}, dev);
+
+  HostMetadata host;
+  host.block_table =
+      TensorView::strided(block_table.data(), DType::kInt32, {num_seqs, width}, {bt_stride, 1});
+  host.seq_lens = TensorView::strided(seq_lens.data(), DType::kInt32, {num_seqs}, {ms});
+  host.query_start_loc = TensorView::strided(qsl.data(), DType::kInt32, {num_seqs + 1}, {ms});
+
+  auto plan = plan_attention(args, host, c.plan);
+  if (!plan.ok()) return fail(plan.status());
+  r.choice = plan->choice();
+  std::vector<std::uint8_t> ws_init(plan->workspace_bytes(), 0x5A);
+  auto b_ws = mk(ws_init, kGuard);
+  if (!b_ws.ok()) return fail(b_ws.status());
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status st = run_attention(*plan, args, plan->workspace_bytes() ? b_ws->data() : nullptr,
+                              plan->workspace_bytes());
+    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize();
+    r.run_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) return fail(st);
+  }
+  std::vector<std::uint8_t> out_bytes, lse_bytes;
+  {
+    Status st = b_out->download(&out_bytes);
+    if (st.ok()) st = b_lse->download(&lse_bytes);
+    if (!st.ok()) return fail(st);
+  }
+  // DESIGN.md §3: the same plan and inputs give the same bits on every run (no atomics in
+  // reductions, no races between threads). Run again into freshly poisoned outputs.
+  {
+    Status st = b_out->upload(out_init);
+    if (st.ok()) st = b_lse->upload(lse_init);
+    if (st.ok())
+      st = run_attention(*plan, args, plan->workspace_bytes() ? b_ws->data() : nullptr,
+                         plan->workspace_bytes());
+    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize();
+    std::vector<std::uint8_t> out2, lse2;
+    if (st.ok()) st = b_out->download(&out2);
+    if (st.ok()) st = b_lse->download(&lse2);
+    if (!st.ok()) return fail(st);
+    const std::int64_t at = first_difference(out2, out_bytes);
+    if (at >= 0) {
+      problems.push_back(fmt::format("nondeterministic: a second run with the same plan differs "
+                                     "in out at byte {}",
+                                     at));
+    } else if (c.lse && first_difference(lse2, lse_bytes) >= 0) {
+      problems.push_back("nondeterministic: a second run with the same plan differs in lse");
+    }
+  }
+  {
+    const std::pair<Buffer*, const char*> guarded[] = {{&b_kcache.value(), "key_cache"},
+                                                       {&b_vcache.value(), "value_cache"},
+                                                       {&b_out.value(), "out"},
+                                                       {&b_lse.value(), "lse"},
+                                                       {&b_ws.value(), "workspace"}};
+    for (const auto& [buffer, name] : guarded) {
+      auto dmg = buffer->damaged_guard(name);
+      if (!dmg.ok()) return fail(dmg.status());
+      if (!dmg->empty()) problems.push_back(*dmg);
+    }
+  }
+
+  // ---- the oracle on the same rounded / quantised inputs -------------------------------------
+  std::vector<float> ref_out(static_cast<std::size_t>(T * H * D), NAN);
+  std::vector<float> ref_lse(static_cast<std::size_t>(T * H), NAN);
+  {
+    AttentionArgs ra;
+    ra.query =
+        TensorView::strided(q_bytes.data(), c.dtype, {T, H, D}, {tok_stride, head_stride, 1});
+    ra.out = TensorView::contiguous(ref_out.data(), DType::kFloat32, {T, H, D});
+    ra.lse = TensorView::contiguous(ref_lse.data(), DType::kFloat32, {T, H});
+    ra.cache = *ref_cache;
+    ra.block_table = host.block_table;
+    ra.seq_lens = host.seq_lens;
+    ra.query_start_loc = host.query_start_loc;
+    ra.params = args.params;
+    ra.params.alibi_slopes =
+        c.alibi ? TensorView::contiguous(alibi.data(), DType::kFloat32, {H}) : TensorView{};
+    ra.params.sinks =
+        c.sinks ? TensorView::contiguous(sinks.data(), DType::kFloat32, {H}) : TensorView{};
+    Status st = reference_attention(ra);
+    if (!st.ok())
+      return fail(Status(StatusCode::kInternal, "reference_attention: " + st.to_string()));
+  }
+
+  // ---- compare ---------------------------------------------------------------------------------
+  const Tolerance tol = tolerance_for(c.dtype, c.kv_dtype);
+  Comparator cmp(tol, &r);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t d = 0; d < D; ++d) {
+        const double got =
+            numeric::load_as_float(out_bytes.data(), c.dtype, t * tok_stride + h * head_stride + d);
+        const double ref = ref_out[static_cast<std::size_t>((t * H + h) * D + d)];
+        cmp.check(got, ref,
+                  [&] { return fmt::format("out[{}, head {}, dim {}]", loc.where(t), h, d); });
+      }
+  if (c.lse) {
+    const float* lse_got = reinterpret_cast<const float*>(lse_bytes.data());
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H; ++h)
+        cmp.check(lse_got[t * lse_stride + h], ref_lse[static_cast<std::size_t>(t * H + h)],
+                  [&] { return fmt::format("lse[{}, head {}]", loc.where(t), h); });
+  }
+  if (cmp.failures() > 0)
+    problems.insert(
+        problems.begin(),
+        fmt::format("{} of {} elements outside the budget (atol {:g}, "
+                    "rtol {:g}); first: {}",
+                    cmp.failures(), r.elements_checked, tol.atol, tol.rtol, cmp.first()));
+  // Elements of `out` outside every (token, head) row (token_pad, head_pad) belong to nobody:
+  // they must keep their poison bit pattern.
+  if (c.token_pad > 0 || c.head_pad > 0) {
+    std::vector<char> owned(static_cast<std::size_t>(act_elems), 0);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H; ++h)
+        std::fill_n(owned.begin() + static_cast<std::ptrdiff_t>(t * tok_stride + h * head_stride),
+                    D, 1);
+    const std::size_t es = in_size;
+    for (std::int64_t e = 0; e < act_elems; ++e) {
+      if (owned[static_cast<std::size_t>(e)]) continue;
+      if (std::memcmp(&out_bytes[static_cast<std::size_t>(e) * es],
+                      &out_init[static_cast<std::size_t>(e) * es], es) != 0) {
+        problems.push_back(
+            fmt::format("out: padding element {} (between rows or heads) was overwritten", e));
+        break;
+      }
+    }
+  }
+  if (lse_stride > H) {
+    for (std::int64_t t = 0; t + 1 < T; ++t) {
+      const std::size_t b0 = static_cast<std::size_t>(t * lse_stride + H) * 4;
+      const std::size_t b1 = static_cast<std::size_t>((t + 1) * lse_stride) * 4;
+      if (std::memcmp(&lse_bytes[b0], &lse_init[b0], b1 - b0) != 0) {
+        problems.push_back(fmt::format("lse: padding after token {} was overwritten", t));
+        break;
+      }
+    }
+  }
+  r.pass = problems.empty();
+  for (std::size_t i = 0; i < problems.size(); ++i) r.detail += (i ? "; " : "") + problems[i];
+  return r;
+}
+
+}  // namespace pagedattn::testing

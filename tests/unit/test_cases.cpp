@@ -1,0 +1,300 @@
+// The case generator itself (src/testing/cases.cpp): names are unique and usable as GoogleTest
+// names, the matrix covers every value of every axis and every pair of axis values (DESIGN.md
+// §4 "pairwise"), the quick subset keeps every boundary class, and the tolerance table is the
+// one DESIGN.md §4 states. Nothing here runs attention.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/testing/harness.h"
+
+namespace pagedattn::testing {
+namespace {
+
+bool valid_test_name(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(),
+                                   [](unsigned char ch) { return std::isalnum(ch) || ch == '_'; });
+}
+
+TEST(CaseName, MatchesTheDesignExampleAndEncodesEveryKnob) {
+  CaseConfig c;
+  c.layout = KVLayout::kNHD;
+  c.block_size = 544;
+  c.head_size = 80;
+  c.num_heads = 16;
+  c.num_kv_heads = 4;
+  c.dtype = DType::kBFloat16;
+  c.kv_dtype = DType::kBFloat16;
+  c.sliding_window = 64;
+  c.tag = "decode";
+  EXPECT_EQ(case_name(c), "nhd_bs544_h80_q16kv4_bf16_window64_decode");
+
+  c.kv_dtype = DType::kFloat8E5M2;
+  c.softcap = 2.5f;
+  c.alibi = true;
+  c.sinks = true;
+  c.page_pad = 32;
+  c.plan.tile_tokens = 16;
+  c.plan.num_splits = 3;
+  c.k_scale = 0.05f;
+  c.v_scale = 3.0f;
+  c.token_pad = 8;
+  c.slot_dtype = DType::kInt32;
+  c.lse = false;
+  EXPECT_EQ(case_name(c),
+            "nhd_bs544_h80_q16kv4_bf16_fp8e5m2_window64_softcap2p5_alibi_sinks_pad32_tile16_"
+            "splits3_ks0p05_vs3_tokpad8_i32slots_nolse_decode");
+  // Without a tag the lengths name the case.
+  c = CaseConfig{};
+  c.seq_lens = {1, 17, 544};
+  c.query_lens = {1, 0, 5};
+  EXPECT_EQ(case_name(c), "nhd_bs16_h64_q8kv2_fp16_s3_max544_t6");
+}
+
+TEST(Matrix, NamesAreUniqueValidAndStable) {
+  for (bool quick : {false, true}) {
+    const auto cases = matrix_cases(Device::cpu(), quick);
+    std::set<std::string> names;
+    for (const CaseConfig& c : cases) {
+      EXPECT_TRUE(valid_test_name(c.name)) << c.name;
+      EXPECT_EQ(c.name, case_name(c)) << "the stored name must be the generated one";
+      EXPECT_TRUE(names.insert(c.name).second) << "duplicate case name " << c.name;
+      EXPECT_EQ(c.device, Device::cpu());
+    }
+    // Deterministic: a second call gives the same cases with the same seeds.
+    const auto again = matrix_cases(Device::cpu(), quick);
+    ASSERT_EQ(again.size(), cases.size());
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(again[i].name, cases[i].name);
+      EXPECT_EQ(again[i].seed, cases[i].seed);
+    }
+  }
+}
+
+TEST(Matrix, EveryCaseIsWellFormed) {
+  for (const CaseConfig& c : matrix_cases(Device::cpu())) {
+    ASSERT_EQ(c.seq_lens.size(), c.query_lens.size()) << c.name;
+    EXPECT_EQ(c.num_heads % c.num_kv_heads, 0) << c.name;
+    for (std::size_t i = 0; i < c.seq_lens.size(); ++i)
+      EXPECT_LE(c.query_lens[i], c.seq_lens[i]) << c.name;
+    // fp8 split caches need head_size % 16 == 0; the generator must never produce the
+    // invalid triple (DESIGN.md §1).
+    if (c.layout == KVLayout::kSplit && is_fp8(c.kv_dtype)) {
+      EXPECT_EQ(c.head_size % 16, 0) << c.name;
+    }
+  }
+}
+
+/// The nine axes of the pairwise matrix, read back from a generated case.
+std::array<std::string, 9> axes_of(const CaseConfig& c) {
+  std::string feature = "none";
+  const int n = (c.softcap != 0) + (c.sliding_window != 0) + c.alibi + c.sinks;
+  if (n == 4)
+    feature = "all";
+  else if (c.softcap != 0)
+    feature = "softcap";
+  else if (c.sliding_window != 0)
+    feature = "window";
+  else if (c.alibi)
+    feature = "alibi";
+  else if (c.sinks)
+    feature = "sinks";
+  return {to_string(c.layout),
+          std::to_string(c.head_size),
+          std::to_string(c.block_size),
+          std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads),
+          to_string(c.dtype),
+          c.kv_dtype == c.dtype ? std::string("auto") : to_string(c.kv_dtype),
+          feature,
+          c.page_pad > 0 ? "pad" : "nopad",
+          c.tag};
+}
+
+TEST(Matrix, PairwiseCoverageOfEveryAxis) {
+  const std::vector<std::vector<std::string>> values = {
+      {"split", "nhd", "hnd"},
+      {"32", "64", "80", "96", "112", "120", "128", "192", "256"},
+      {"1", "16", "32", "544", "2048"},
+      {"32/8", "40/40", "64/8", "20/4", "16/1"},  // GQA 4, 1, 8, 5, 16 (= MQA)
+      {"fp32", "fp16", "bf16"},
+      {"auto", "fp8_e4m3", "fp8_e5m2"},
+      {"none", "softcap", "window", "alibi", "sinks", "all"},
+      {"nopad", "pad"},
+      {"decode", "prefill", "long"}};
+  std::set<std::pair<std::pair<int, std::string>, std::pair<int, std::string>>> seen;
+  int pairwise_cases = 0;
+  for (const CaseConfig& c : matrix_cases(Device::cpu())) {
+    if (c.tag != "decode" && c.tag != "prefill" && c.tag != "long") continue;  // named cases
+    ++pairwise_cases;
+    const auto a = axes_of(c);
+    for (int i = 0; i < 9; ++i)
+      for (int j = i + 1; j < 9; ++j)
+        seen.insert({{i, a[static_cast<std::size_t>(i)]}, {j, a[static_cast<std::size_t>(j)]}});
+  }
+  int missing = 0;
+  for (int i = 0; i < 9; ++i)
+    for (int j = i + 1; j < 9; ++j)
+      for (const std::string& vi : values[static_cast<std::size_t>(i)])
+        for (const std::string& vj : values[static_cast<std::size_t>(j)])
+          if (!seen.count({{i, vi}, {j, vj}})) {
+            ++missing;
+            ADD_FAILURE() << "pair not covered: axis " << i << " = " << vi << ", axis " << j
+                          << " = " << vj;
+          }
+  EXPECT_EQ(missing, 0);
+  // Pairwise, not the cross product (which would be 3*9*5*5*3*3*6*2*3 = 218700 cases).
+  EXPECT_LT(pairwise_cases, 120);
+}
+
+TEST(Matrix, NamedFaultClassesArePresent) {
+  std::map<std::string, int> tags;
+  for (const CaseConfig& c : matrix_cases(Device::cpu())) ++tags[c.tag];
+  for (const char* t :
+       {"zeroq",      "allzeroq",    "win1",     "winedge",    "windecprefill", "tilelt",
+        "tilegt",     "tile1",       "splits",   "splitsfeat", "padded",        "fp8scale",
+        "fp8sat",     "lastrow",     "strided",  "len257_513", "bs2048",        "bigpool",
+        "mqaprefill", "longprefill", "manyseqs", "gqa64",      "oddhead",       "bs1056"})
+    EXPECT_GT(tags[t], 0) << "no case for fault class " << t;
+  EXPECT_EQ(tags["zeroq"], 3) << "one zero-length case per layout";
+  EXPECT_EQ(tags["bs2048"], 3) << "block 2048 with head 64, 128 and 256";
+  // The heavy GPU-only cases are not in the CPU matrix.
+  EXPECT_EQ(tags["len131072"], 0);
+  EXPECT_EQ(tags["idx2e31"], 0);
+}
+
+TEST(Matrix, WindowEdgeCasesHitTheOffByOneBoundaries) {
+  bool eq = false, minus1 = false, plus1 = false;
+  for (const CaseConfig& c : matrix_cases(Device::cpu())) {
+    if (c.tag != "winedge") continue;
+    for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
+      if (c.query_lens[i] != 1) continue;
+      eq |= c.seq_lens[i] == c.sliding_window;
+      minus1 |= c.sliding_window == c.seq_lens[i] - 1;
+      plus1 |= c.sliding_window == c.seq_lens[i] + 1;
+    }
+  }
+  EXPECT_TRUE(eq && minus1 && plus1);
+}
+
+TEST(Matrix, QuickSubsetIsSmallAndTouchesEverything) {
+  const auto quick = matrix_cases(Device::cpu(), true);
+  EXPECT_GE(quick.size(), 30u);
+  EXPECT_LE(quick.size(), 60u);
+  std::set<std::string> combos, heads, blocks, features, tags, ratios;
+  bool padded = false;
+  for (const CaseConfig& c : quick) {
+    const auto a = axes_of(c);
+    combos.insert(a[0] + "/" + a[4] + "/" + a[5]);
+    heads.insert(a[1]);
+    blocks.insert(a[2]);
+    features.insert(a[6]);
+    ratios.insert(std::to_string(c.num_heads / c.num_kv_heads));
+    tags.insert(c.tag);
+    padded |= c.page_pad > 0;
+  }
+  EXPECT_EQ(combos.size(), 27u) << "every layout x dtype x kv dtype";
+  for (const char* h : {"32", "64", "80", "96", "112", "120", "128", "192", "256"})
+    EXPECT_TRUE(heads.count(h)) << "head size " << h;
+  EXPECT_EQ(blocks.size(), 5u) << "every block size";
+  EXPECT_EQ(features.size(), 6u) << "every feature";
+  for (const char* r : {"1", "4", "5", "8", "16"})
+    EXPECT_TRUE(ratios.count(r)) << "GQA ratio " << r;
+  EXPECT_TRUE(padded);
+  for (const char* t : {"zeroq", "allzeroq", "win1", "winedge", "tilelt", "tilegt", "splits",
+                        "padded", "fp8scale", "lastrow", "strided", "len257_513", "bs2048",
+                        "bigpool", "longprefill", "manyseqs", "gqa64", "oddhead"})
+    EXPECT_TRUE(tags.count(t)) << "quick subset lacks boundary class " << t;
+}
+
+TEST(Matrix, CudaMatrixAddsTheHeavyCases) {
+  std::set<std::string> tags;
+  for (const CaseConfig& c : matrix_cases(Device::cuda(0))) {
+    EXPECT_EQ(c.device, Device::cuda(0));
+    tags.insert(c.tag);
+  }
+  EXPECT_TRUE(tags.count("len131072"));
+  EXPECT_TRUE(tags.count("idx2e31"));
+  for (const CaseConfig& c : matrix_cases(Device::cuda(0), true)) EXPECT_NE(c.tag, "len131072");
+}
+
+TEST(SelectCases, GlobsAndLists) {
+  const auto all = matrix_cases(Device::cpu());
+  EXPECT_EQ(select_cases(all, "all").size(), all.size());
+  EXPECT_TRUE(select_cases(all, "no_such_case").empty());
+  const auto zeroq = select_cases(all, "*_zeroq");
+  EXPECT_EQ(zeroq.size(), 3u);
+  for (const auto& c : zeroq) EXPECT_EQ(c.tag, "zeroq");
+  const auto two = select_cases(all, "*_zeroq,*_allzeroq");
+  EXPECT_EQ(two.size(), 4u);
+  const auto q = select_cases(all, "nhd_bs16_h64_q8kv2_fp16_zero?");
+  ASSERT_EQ(q.size(), 1u);
+  EXPECT_EQ(q[0].name, "nhd_bs16_h64_q8kv2_fp16_zeroq");
+  // A glob must match the whole name, not a prefix.
+  EXPECT_TRUE(select_cases(all, "nhd_bs16").empty());
+}
+
+TEST(Tolerance, OneTableAsInTheDesign) {
+  EXPECT_EQ(tolerance_for(DType::kFloat32, DType::kFloat32).atol, 1e-5);
+  EXPECT_EQ(tolerance_for(DType::kFloat32, DType::kFloat32).rtol, 1e-5);
+  EXPECT_EQ(tolerance_for(DType::kFloat16, DType::kFloat16).atol, 1e-3);
+  EXPECT_EQ(tolerance_for(DType::kBFloat16, DType::kBFloat16).rtol, 8e-3);
+  // fp8 caches: the oracle reads the same dequantised values, so the budget is the query's.
+  EXPECT_EQ(tolerance_for(DType::kFloat16, DType::kFloat8E4M3).atol, 1e-3);
+  EXPECT_EQ(tolerance_for(DType::kBFloat16, DType::kFloat8E5M2).atol, 8e-3);
+}
+
+TEST(RunCase, ReportsBadConfigurationsAsStatusNotCrash) {
+  CaseConfig c;
+  c.seq_lens = {4, 5};
+  c.query_lens = {1};
+  EXPECT_EQ(run_case(c).status.code(), StatusCode::kInvalidArgument);
+  c = CaseConfig{};
+  c.seq_lens = {2};
+  c.query_lens = {3};
+  EXPECT_EQ(run_case(c).status.code(), StatusCode::kInvalidArgument);
+  // Limits of the library come back as the library's status.
+  c = CaseConfig{};
+  c.head_size = 264;
+  const CaseResult r = run_case(c);
+  EXPECT_EQ(r.status.code(), StatusCode::kUnsupported) << r.status.to_string();
+  EXPECT_FALSE(r.pass);
+  c = CaseConfig{};
+  c.sliding_window = -1;
+  EXPECT_EQ(run_case(c).status.code(), StatusCode::kInvalidArgument);
+  c = CaseConfig{};
+  c.layout = KVLayout::kSplit;
+  c.kv_dtype = DType::kFloat8E4M3;
+  c.head_size = 40;
+  EXPECT_EQ(run_case(c).status.code(), StatusCode::kUnsupported);
+}
+
+TEST(RunCase, CudaCaseWithoutCudaIsDeviceUnavailable) {
+  if (built_with_cuda()) GTEST_SKIP() << "this build has the CUDA backend";
+  CaseConfig c;
+  c.device = Device::cuda(0);
+  EXPECT_EQ(run_case(c).status.code(), StatusCode::kDeviceUnavailable);
+}
+
+TEST(RunCase, AValidCaseChecksEveryOutputElement) {
+  CaseConfig c;
+  c.seq_lens = {17, 5, 9};
+  c.query_lens = {1, 0, 4};
+  c.tag = "unit";
+  const CaseResult r = run_case(c);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(r.pass) << r.detail;
+  EXPECT_TRUE(r.writer_exact);
+  // 5 rows x 8 heads x 64 dims of out, plus 5 x 8 lse values.
+  EXPECT_EQ(r.elements_checked, 5 * 8 * 64 + 5 * 8);
+  EXPECT_LE(r.worst_ratio, 1.0);
+}
+
+}  // namespace
+}  // namespace pagedattn::testing

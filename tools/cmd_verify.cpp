@@ -1,0 +1,138 @@
+// `pagedattn verify`: run one configuration from the flags, or the named cases of the test
+// matrix (`--cases all|GLOB`, the GoogleTest names), on a device against the oracle.
+// Exit status (DESIGN.md §7): 0 all pass, 1 a result mismatch, 2 invalid input or usage,
+// 3 device unavailable.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+#include "src/testing/harness.h"
+#include "tools/commands.h"
+#include "tools/config_flags.h"
+
+namespace pagedattn::cli {
+
+namespace {
+
+struct VerifyFlags {
+  ConfigFlags config;
+  std::string cases;
+  bool quick = false;
+};
+
+nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult& r) {
+  nlohmann::json j;
+  j["name"] = c.name;
+  j["status"] = to_string(r.status.code());
+  j["status_code"] = static_cast<int>(r.status.code());
+  if (!r.status.ok()) j["message"] = r.status.message();
+  j["pass"] = r.status.ok() && r.pass;
+  if (r.status.ok()) {
+    j["kernel"] = to_string(r.choice.kernel);
+    j["tile_tokens"] = r.choice.tile_tokens;
+    j["num_splits"] = r.choice.num_splits;
+    // JSON has no infinity: a NaN anywhere is reported as null with "nan_seen".
+    const bool finite = std::isfinite(r.max_abs_error);
+    j["max_abs_error"] = finite ? nlohmann::json(r.max_abs_error) : nlohmann::json(nullptr);
+    j["worst_ratio"] = finite ? nlohmann::json(r.worst_ratio) : nlohmann::json(nullptr);
+    j["nan_seen"] = !finite;
+    j["elements_checked"] = r.elements_checked;
+    j["writer_exact"] = r.writer_exact;
+    j["run_ms"] = r.run_ms;
+    if (!r.detail.empty()) j["detail"] = r.detail;
+  }
+  return j;
+}
+
+int run_verify(const VerifyFlags& flags) {
+  auto device = resolve_device(flags.config.device);
+  if (!device.ok()) {
+    std::fprintf(stderr, "pagedattn verify: %s\n", device.status().message().c_str());
+    return exit_code_for(device.status());
+  }
+
+  std::vector<testing::CaseConfig> cases;
+  if (!flags.cases.empty() || flags.quick) {
+    cases = testing::select_cases(testing::matrix_cases(*device, flags.quick),
+                                  flags.cases.empty() ? "all" : flags.cases);
+    if (cases.empty()) {
+      std::fprintf(stderr, "pagedattn verify: --cases %s matches no case\n", flags.cases.c_str());
+      return kExitInvalid;
+    }
+  } else {
+    auto c = to_case_config(flags.config, *device);
+    if (!c.ok()) {
+      std::fprintf(stderr, "pagedattn verify: %s\n", c.status().message().c_str());
+      return kExitInvalid;
+    }
+    cases.push_back(*c);
+  }
+
+  int passed = 0, failed = 0, errors = 0;
+  bool no_device = false;
+  nlohmann::json report;
+  report["device"] = to_string(*device);
+  report["cases"] = nlohmann::json::array();
+  const bool json = flags.config.json;
+  if (!json)
+    std::printf("%-72s %-26s %10s %8s  %s\n", "case", "kernel", "max_err", "ratio", "result");
+  for (const testing::CaseConfig& c : cases) {
+    const testing::CaseResult r = testing::run_case(c);
+    if (!r.status.ok()) {
+      ++errors;
+      no_device |= r.status.code() == StatusCode::kDeviceUnavailable;
+    } else if (r.pass) {
+      ++passed;
+    } else {
+      ++failed;
+    }
+    if (json) {
+      report["cases"].push_back(case_json(c, r));
+      continue;
+    }
+    if (!r.status.ok()) {
+      std::printf("%-72s %-26s %10s %8s  ERROR\n", c.name.c_str(), "-", "-", "-");
+      std::fprintf(stderr, "  %s: %s\n", c.name.c_str(), r.status.to_string().c_str());
+      continue;
+    }
+    std::printf("%-72s %-26s %10.3g %8.3g  %s\n", c.name.c_str(), to_string(r.choice.kernel),
+                r.max_abs_error, r.worst_ratio, r.pass ? "PASS" : "FAIL");
+    if (!r.pass) std::printf("  %s\n", r.detail.c_str());
+    std::fflush(stdout);
+  }
+  if (json) {
+    report["passed"] = passed;
+    report["failed"] = failed;
+    report["errors"] = errors;
+    std::printf("%s\n", report.dump(2).c_str());
+  } else {
+    std::printf("%d passed, %d failed, %d errors (%zu cases on %s)\n", passed, failed, errors,
+                cases.size(), to_string(*device).c_str());
+  }
+  // One error on a single-config run is that config's status (usage / unsupported / device).
+  if (errors > 0) return no_device ? kExitNoDevice : kExitInvalid;
+  return failed > 0 ? kExitMismatch : kExitOk;
+}
+
+}  // namespace
+
+Action register_verify(CLI::App& app) {
+  auto flags = std::make_shared<VerifyFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "verify", "run a configuration (or named test cases) and compare with the oracle");
+  add_config_flags(sub, &flags->config);
+  sub->add_option("--cases", flags->cases,
+                  "named cases instead of one configuration: all, or globs ('*' and '?') "
+                  "separated by commas; names are the GoogleTest names");
+  sub->add_flag("--quick", flags->quick,
+                "with --cases: draw from the small sanitizer subset instead of the full matrix");
+  return [flags] { return run_verify(*flags); };
+}
+
+}  // namespace pagedattn::cli

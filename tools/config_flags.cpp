@@ -1,0 +1,188 @@
+#include "tools/config_flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/select.h"
+
+namespace pagedattn::cli {
+
+namespace {
+Status invalid(const std::string& message) { return Status(StatusCode::kInvalidArgument, message); }
+}  // namespace
+
+void add_config_flags(CLI::App* app, ConfigFlags* f) {
+  app->add_option("--device", f->device, "cpu | cuda[:N] | auto")->capture_default_str();
+  app->add_option("--layout", f->layout, "KV cache layout: split | nhd | hnd")
+      ->capture_default_str();
+  app->add_option("--num-heads", f->num_heads, "query heads")->capture_default_str();
+  app->add_option("--num-kv-heads", f->num_kv_heads, "KV heads (num_heads % num_kv_heads == 0)")
+      ->capture_default_str();
+  app->add_option("--head-size", f->head_size, "elements per head")->capture_default_str();
+  app->add_option("--block-size", f->block_size, "tokens per cache block")->capture_default_str();
+  app->add_option("--dtype", f->dtype, "query/output dtype: fp32 | fp16 | bf16")
+      ->capture_default_str();
+  app->add_option("--kv-dtype", f->kv_dtype, "cache dtype: auto | fp8_e4m3 | fp8_e5m2")
+      ->capture_default_str();
+  app->add_option("--seq-lens", f->seq_lens,
+                  "KV length of each sequence including its new tokens, comma separated")
+      ->capture_default_str();
+  app->add_option("--query-lens", f->query_lens,
+                  "new tokens of each sequence (default: 1 each; 0 skips a sequence)");
+  app->add_option("--sliding-window", f->sliding_window, "window length in keys (0 = off)")
+      ->capture_default_str();
+  app->add_option("--softcap", f->softcap, "logit softcap (0 = off)")->capture_default_str();
+  app->add_flag("--alibi", f->alibi, "ALiBi slopes drawn from the seed");
+  app->add_flag("--sinks", f->sinks, "per-head sink logits drawn from the seed");
+  app->add_option("--page-pad", f->page_pad,
+                  "extra elements after each K and V block (padded pages)")
+      ->capture_default_str();
+  app->add_option("--seed", f->seed, "input seed")->capture_default_str();
+  app->add_option("--k-scale", f->k_scale, "fp8 key scale (0 = derived from the data)")
+      ->capture_default_str();
+  app->add_option("--v-scale", f->v_scale, "fp8 value scale (0 = derived from the data)")
+      ->capture_default_str();
+  app->add_option("--tile-tokens", f->tile_tokens, "force KV tokens per tile (0 = chosen)")
+      ->capture_default_str();
+  app->add_option("--num-splits", f->num_splits, "force KV splits per sequence (0 = chosen)")
+      ->capture_default_str();
+  app->add_flag("--json", f->json, "machine-readable output");
+}
+
+Result<Device> resolve_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "auto") {
+    if (built_with_cuda() && query_device(Device::cuda(0)).ok()) return Device::cuda(0);
+    return Device::cpu();
+  }
+  if (name.rfind("cuda", 0) == 0) {
+    int index = 0;
+    if (name.size() > 4) {
+      if (name[4] != ':' || name.size() == 5)
+        return invalid("--device " + name + ": expected cpu, cuda, cuda:N or auto");
+      char* end = nullptr;
+      errno = 0;
+      const long v = std::strtol(name.c_str() + 5, &end, 10);
+      if (*end != '\0' || errno != 0 || v < 0 || v > 1024)
+        return invalid("--device " + name + ": expected cpu, cuda, cuda:N or auto");
+      index = static_cast<int>(v);
+    }
+    const Device dev = Device::cuda(index);
+    auto info = query_device(dev);
+    if (!info.ok())
+      return Status(StatusCode::kDeviceUnavailable,
+                    "--device " + name + ": " + info.status().message());
+    return dev;
+  }
+  return invalid("--device " + name + ": expected cpu, cuda, cuda:N or auto");
+}
+
+Result<std::vector<int>> parse_int_list(const std::string& text, const char* flag) {
+  std::vector<int> out;
+  if (text.empty()) return invalid(std::string(flag) + ": empty list");
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    const std::string item =
+        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || v > 0x7FFFFFFF || v < -0x7FFFFFFF)
+      return invalid(std::string(flag) + " " + text + ": '" + item + "' is not an integer");
+    if (v < 0) return invalid(std::string(flag) + " " + text + ": '" + item + "' is negative");
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) {
+  testing::CaseConfig c;
+  c.device = device;
+  auto layout = parse_layout(f.layout);
+  if (!layout.ok()) return invalid("--layout " + layout.status().message());
+  c.layout = *layout;
+  auto dtype = parse_dtype(f.dtype);
+  if (!dtype.ok() ||
+      !(*dtype == DType::kFloat32 || *dtype == DType::kFloat16 || *dtype == DType::kBFloat16))
+    return invalid("--dtype " + f.dtype + ": expected fp32, fp16 or bf16");
+  c.dtype = *dtype;
+  if (f.kv_dtype == "auto") {
+    c.kv_dtype = c.dtype;
+  } else if (f.kv_dtype == "fp8_e4m3") {
+    c.kv_dtype = DType::kFloat8E4M3;
+  } else if (f.kv_dtype == "fp8_e5m2") {
+    c.kv_dtype = DType::kFloat8E5M2;
+  } else {
+    return invalid("--kv-dtype " + f.kv_dtype + ": expected auto, fp8_e4m3 or fp8_e5m2");
+  }
+  if (f.num_heads <= 0)
+    return invalid("--num-heads " + std::to_string(f.num_heads) + ": expected > 0");
+  if (f.num_kv_heads <= 0)
+    return invalid("--num-kv-heads " + std::to_string(f.num_kv_heads) + ": expected > 0");
+  if (f.num_heads % f.num_kv_heads != 0)
+    return invalid("--num-heads " + std::to_string(f.num_heads) +
+                   " is not a multiple of --num-kv-heads " + std::to_string(f.num_kv_heads));
+  if (f.head_size <= 0)
+    return invalid("--head-size " + std::to_string(f.head_size) + ": expected > 0");
+  if (f.block_size <= 0)
+    return invalid("--block-size " + std::to_string(f.block_size) + ": expected > 0");
+  c.num_heads = f.num_heads;
+  c.num_kv_heads = f.num_kv_heads;
+  c.head_size = f.head_size;
+  c.block_size = f.block_size;
+
+  auto seq_lens = parse_int_list(f.seq_lens, "--seq-lens");
+  if (!seq_lens.ok()) return seq_lens.status();
+  c.seq_lens = *seq_lens;
+  if (f.query_lens.empty()) {
+    c.query_lens.assign(c.seq_lens.size(), 1);
+  } else {
+    auto q = parse_int_list(f.query_lens, "--query-lens");
+    if (!q.ok()) return q.status();
+    c.query_lens = *q;
+  }
+  if (c.query_lens.size() != c.seq_lens.size())
+    return invalid("--query-lens has " + std::to_string(c.query_lens.size()) +
+                   " entries but --seq-lens has " + std::to_string(c.seq_lens.size()) +
+                   ": one entry per sequence");
+  for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
+    if (c.query_lens[i] > c.seq_lens[i])
+      return invalid("sequence " + std::to_string(i) + ": --query-lens entry " +
+                     std::to_string(c.query_lens[i]) + " > --seq-lens entry " +
+                     std::to_string(c.seq_lens[i]) + " (seq_len includes the new tokens)");
+  }
+  if (f.sliding_window < 0)
+    return invalid("--sliding-window " + std::to_string(f.sliding_window) +
+                   ": expected >= 0 (0 = off)");
+  if (!(std::isfinite(f.softcap) && f.softcap >= 0))
+    return invalid("--softcap " + std::to_string(f.softcap) + ": expected >= 0 (0 = off)");
+  if (f.page_pad < 0)
+    return invalid("--page-pad " + std::to_string(f.page_pad) + ": expected >= 0");
+  if (!(std::isfinite(f.k_scale) && f.k_scale >= 0))
+    return invalid("--k-scale " + std::to_string(f.k_scale) + ": expected > 0 (0 = derived)");
+  if (!(std::isfinite(f.v_scale) && f.v_scale >= 0))
+    return invalid("--v-scale " + std::to_string(f.v_scale) + ": expected > 0 (0 = derived)");
+  if (f.tile_tokens < 0)
+    return invalid("--tile-tokens " + std::to_string(f.tile_tokens) + ": expected >= 0");
+  if (f.num_splits < 0)
+    return invalid("--num-splits " + std::to_string(f.num_splits) + ": expected >= 0");
+  c.sliding_window = f.sliding_window;
+  c.softcap = f.softcap;
+  c.alibi = f.alibi;
+  c.sinks = f.sinks;
+  c.page_pad = f.page_pad;
+  c.seed = f.seed;
+  c.k_scale = f.k_scale;
+  c.v_scale = f.v_scale;
+  c.plan.tile_tokens = f.tile_tokens;
+  c.plan.num_splits = f.num_splits;
+  c.name = testing::case_name(c);
+  return c;
+}
+
+}  // namespace pagedattn::cli
