@@ -100,6 +100,9 @@ struct KernelChoice {
   /// max_shared_memory_per_block.
   std::int64_t shared_memory_bytes = 0;
   int threads_per_block = 0;
+  /// CUDA batches mixing decode rows and prefill chunks: the decode rows run on the decode
+  /// fast path (KernelId::kCudaDecodeMMA) and only the prefill chunks on `kernel`.
+  bool decode_rows_fast_path = false;
   std::string reason;
 };
 

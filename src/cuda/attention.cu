@@ -26,6 +26,11 @@ struct CudaPlan {
   bool decode_mma = false;
   int decode_chunk = 0;
   int decode_splits = 1;
+  /// Mixed batch with decode rows on the fast path: tiles of the prefill rows only, and the
+  /// decode path's workspace offset (after the tiled path's).
+  bool mixed = false;
+  std::int64_t prefill_tiles = 0;
+  std::size_t decode_ws_offset = 0;
 };
 
 // ------------------------------------------------------------------ prep kernel
@@ -34,7 +39,7 @@ struct CudaPlan {
 /// the total. One CTA of 1024 threads, block scans in a loop (deterministic, no atomics).
 __global__ void __launch_bounds__(1024)
     tile_prefix_kernel(const std::int32_t* qsl, std::int64_t qsl0, int num_seqs, int q_tokens,
-                       std::int32_t* tile_start) {
+                       int min_query_len, std::int32_t* tile_start) {
   __shared__ long long warp_tot[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   long long carry = 0;
@@ -44,7 +49,7 @@ __global__ void __launch_bounds__(1024)
     if (s < num_seqs) {
       const long long ql = static_cast<long long>(qsl[static_cast<std::int64_t>(s + 1) * qsl0]) -
                            static_cast<long long>(qsl[static_cast<std::int64_t>(s) * qsl0]);
-      v = ql > 0 ? (ql + q_tokens - 1) / q_tokens : 0;
+      v = (ql > 0 && ql >= min_query_len) ? (ql + q_tokens - 1) / q_tokens : 0;
     }
     long long x = v;
 #pragma unroll
@@ -170,8 +175,21 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                "), at most " + std::to_string(c.num_splits) + " per sequence";
     return c;
   }
-  auto c = tiled_choose(problem, device_info, options);
-  if (c.ok()) c->reason += "; decode fast path not used: " + why_not;
+  std::string why_rows;
+  const bool rows_fast = problem.batch.num_prefill_seqs > 0 && options.num_splits == 0 &&
+                         options.tile_tokens == 0 && smem <= device_info.max_shared_memory_per_block &&
+                         decode_mma_rows_supported(problem, &why_rows);
+  PlanOptions tiled_options = options;
+  if (rows_fast) tiled_options.num_splits = 1;  // the split merge would also visit decode rows
+  auto c = tiled_choose(problem, device_info, tiled_options);
+  if (!c.ok()) return c;
+  if (rows_fast) {
+    c->decode_rows_fast_path = true;
+    c->reason += "; the " + std::to_string(problem.batch.num_decode_seqs) +
+                 " decode rows run on the decode fast path";
+  } else {
+    c->reason += "; decode fast path not used: " + why_not;
+  }
   return c;
 }
 
@@ -198,6 +216,16 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
       tiled.reason += "; decode fast path not used: strides are not multiples of 8 elements";
       state->choice = tiled;
     }
+  } else if (state->choice.kernel == KernelId::kCudaTiled && state->choice.decode_rows_fast_path &&
+             decode_mma_aligned_strides(args)) {
+    plan->mixed = true;
+    plan->decode_mma = true;
+    plan->decode_chunk = decode_mma_chunk(problem, info->num_units,
+                                          info->max_shared_memory_per_block, 0,
+                                          &plan->decode_splits);
+  } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
+    state->choice.decode_rows_fast_path = false;
+    state->choice.reason += " (not taken: strides are not multiples of 8 elements)";
   } else if (state->choice.kernel != KernelId::kCudaTiled) {
     return Status(StatusCode::kInternal, std::string("cuda::plan_attention got kernel ") +
                                              to_string(state->choice.kernel));
@@ -222,13 +250,20 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     return Status(StatusCode::kUnsupported,
                   "cuda attention: num_kv_heads * head groups = " + std::to_string(grid_y) +
                       " exceeds 65535");
+  if (plan->mixed)
+    plan->prefill_tiles = count_row_tiles(static_cast<const std::int32_t*>(host.query_start_loc.data),
+                                          host.query_start_loc.strides[0], num_seqs,
+                                          cfg->q_tokens, /*min_query_len=*/2);
   plan->workspace = tiled_workspace(num_seqs, args.query.shape[0], problem.num_heads,
                                     problem.head_size, cfg->num_splits);
   state->workspace_bytes = plan->workspace.total;
-  if (plan->decode_mma)
-    state->workspace_bytes = std::max(
-        state->workspace_bytes,
-        decode_mma_workspace(num_seqs, plan->decode_splits, problem.num_heads, problem.head_size));
+  if (plan->decode_mma) {
+    const std::size_t dws =
+        decode_mma_workspace(num_seqs, plan->decode_splits, problem.num_heads, problem.head_size);
+    // Mixed: both paths run in one call, so their workspaces must not overlap.
+    plan->decode_ws_offset = plan->mixed ? (plan->workspace.total + 255) / 256 * 256 : 0;
+    state->workspace_bytes = std::max(state->workspace_bytes, plan->decode_ws_offset + dws);
+  }
   state->backend = std::static_pointer_cast<const void>(
       std::shared_ptr<const CudaPlan>(std::move(plan)));
   return Status::Ok();
@@ -242,10 +277,19 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
     return Status(StatusCode::kInvalidArgument,
                   "workspace: " + std::to_string(workspace_bytes) + " bytes; the plan needs " +
                       std::to_string(plan.workspace_bytes));
-  if (cp->decode_mma && decode_mma_aligned(args))
+  const bool fast = cp->decode_mma && decode_mma_aligned(args);
+  if (fast && !cp->mixed)
     return decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
                           workspace, stream);
-  if (cp->total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
+  // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
+  if (fast)
+    PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk,
+                                             cp->decode_splits,
+                                             static_cast<unsigned char*>(workspace) + cp->decode_ws_offset,
+                                             stream));
+  const int min_query_len = fast ? 2 : 1;
+  const std::int64_t total_tiles = fast ? cp->prefill_tiles : cp->total_tiles;
+  if (total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
   const int device = args.query.device.index;
   DeviceGuard guard(device);
   if (guard.status() != cudaSuccess) return cuda_error(guard.status(), "run_attention: set device");
@@ -328,10 +372,11 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   }
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  tile_prefix_kernel<<<1, 1024, 0, s>>>(p.qsl, p.qsl0, p.num_seqs, p.q_tokens, p.tile_start);
+  tile_prefix_kernel<<<1, 1024, 0, s>>>(p.qsl, p.qsl0, p.num_seqs, p.q_tokens, min_query_len,
+                                        p.tile_start);
   PA_CUDA_RETURN(cudaGetLastError(), "tile_prefix_kernel launch");
 
-  const dim3 grid(static_cast<unsigned>(cp->total_tiles),
+  const dim3 grid(static_cast<unsigned>(total_tiles),
                   static_cast<unsigned>(g.num_kv_heads * cfg.head_groups),
                   static_cast<unsigned>(cfg.num_splits));
   const int kv = kv_kind(g.dtype);

@@ -52,9 +52,10 @@ void choose_rows(const ProblemDesc& problem, TiledConfig* config);
 TiledSmem tiled_smem(int head_size, int cache_elem_bytes, KVLayout layout, int mmax,
                      int tile_tokens);
 
-/// Query-row tiles of a batch: sum over sequences of ceil(query_len / q_tokens).
+/// Query-row tiles of a batch: sum over sequences with query_len >= min_query_len of
+/// ceil(query_len / q_tokens) (min_query_len 2 leaves the decode rows to the decode path).
 std::int64_t count_row_tiles(const std::int32_t* query_start_loc, std::int64_t stride,
-                             int num_seqs, int q_tokens);
+                             int num_seqs, int q_tokens, int min_query_len = 1);
 
 /// Workspace layout of a run: the per-sequence tile prefix sums, and when num_splits > 1 the
 /// per-split partial outputs (fp32) and log-sum-exps.

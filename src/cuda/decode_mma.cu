@@ -184,23 +184,47 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
   cp_async_commit();
 
-  auto load_tile = [&](int tile, int stage) {
+  // Per-thread token rows of a tile are fixed by the thread index (128 is a multiple of both
+  // 64 and the chunks per row), so the block-table entries a thread needs for tile n+1 are
+  // fetched into registers while tile n computes: the cp.async issue never waits on a
+  // block-table load (a serialised global-memory round trip per row otherwise).
+  constexpr int NK = SPLIT_K ? 1 : TOK * CH / kDecodeThreads;  // key rows per thread
+  constexpr int KREP = TOK * CH / kDecodeThreads;              // 16-byte key copies per thread
+  int kid[NK], koff[NK];  // physical block (-1 = masked) and in-block offset of each row
+  int vid = -1, voff = 0; // split values: the thread's 8-token chunk
+  auto fetch_ids = [&](int tile) {
+    const int t0 = start + tile * TOK;
+#pragma unroll
+    for (int k = 0; k < NK; ++k) {
+      const int r = SPLIT_K ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
+      const int t = t0 + r;
+      const bool ok = t >= valid_lo && t < end;
+      kid[k] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
+      koff[k] = ok ? t % bs : 0;
+    }
+    if constexpr (SPLIT_V) {
+      const int tt = t0 + (tid % (TOK / 8)) * 8;
+      const bool any = tt + 8 > valid_lo && tt < end;
+      vid = any ? bt[static_cast<std::int64_t>(tt / bs) * p.bt_blk] : -1;
+      voff = any ? tt % bs : 0;
+    }
+  };
+  auto issue_tile = [&](int tile, int stage) {
     const int t0 = start + tile * TOK;
     T* dk = sK + stage * TILE;
     T* dv = sV + stage * TILE;
-    for (int i = tid; i < TOK * CH; i += kDecodeThreads) {
+#pragma unroll
+    for (int k = 0; k < KREP; ++k) {
       // split keys: neighbouring threads take neighbouring tokens of one chunk (contiguous
       // 16-byte pieces in that layout); nhd/hnd: neighbouring chunks of one token row.
-      const int r = SPLIT_K ? i % TOK : i / CH;
-      const int c = SPLIT_K ? i / TOK : i % CH;
-      const int t = t0 + r;
-      const bool ok = t >= valid_lo && t < end;
-      const T* src = kbase;
-      if (ok) {
-        const std::int64_t blk = bt[static_cast<std::int64_t>(t / bs) * p.bt_blk];
-        src = kbase + blk * p.k_blk + static_cast<std::int64_t>(t % bs) * p.k_tok +
-              static_cast<std::int64_t>(c) * p.k_chunk;
-      }
+      const int r = SPLIT_K ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
+      const int c = SPLIT_K ? tid / TOK + k * (kDecodeThreads / TOK) : tid % CH;
+      const int slot = SPLIT_K ? 0 : k;
+      const bool ok = kid[slot] >= 0;
+      const T* src = ok ? kbase + static_cast<std::int64_t>(kid[slot]) * p.k_blk +
+                              static_cast<std::int64_t>(koff[slot]) * p.k_tok +
+                              static_cast<std::int64_t>(c) * p.k_chunk
+                        : kbase;
       cp_async16(smem_addr(dk + swz(r, c, HEAD)), src, ok ? 16 : 0);
     }
     if constexpr (SPLIT_V) {
@@ -209,30 +233,27 @@ __global__ void __launch_bounds__(kDecodeThreads)
       // zero-filled (the tail of the last block may hold anything, NaN included); tokens
       // before the window inside a loaded chunk are finite data of this sequence, and their
       // probability is exactly 0.
-      for (int i = tid; i < HEAD * (TOK / 8); i += kDecodeThreads) {
-        const int d = i / (TOK / 8), j = i % (TOK / 8);
-        const int tt = t0 + j * 8;
-        const bool any = tt + 8 > valid_lo && tt < end;
-        const T* src = vbase;
-        int bytes = 0;
-        if (any) {
-          const std::int64_t blk = bt[static_cast<std::int64_t>(tt / bs) * p.bt_blk];
-          src = vbase + blk * p.v_blk + static_cast<std::int64_t>(d) * p.v_dim + (tt % bs);
-          bytes = 2 * min(8, len - tt);
-        }
+      const int j = tid % (TOK / 8);
+      const int tt = t0 + j * 8;
+      const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
+#pragma unroll
+      for (int k = 0; k < HEAD * (TOK / 8) / kDecodeThreads; ++k) {
+        const int d = tid / (TOK / 8) + k * (kDecodeThreads / (TOK / 8));
+        const T* src = vid >= 0 ? vbase + static_cast<std::int64_t>(vid) * p.v_blk +
+                                      static_cast<std::int64_t>(d) * p.v_dim + voff
+                                : vbase;
         cp_async16(smem_addr(dv + swz(d, j, TOK)), src, bytes);
       }
     } else {
-      for (int i = tid; i < TOK * CH; i += kDecodeThreads) {
-        const int r = i / CH, c = i % CH;
-        const int t = t0 + r;
-        const bool ok = t >= valid_lo && t < end;
-        const T* src = vbase;
-        if (ok) {
-          const std::int64_t blk = bt[static_cast<std::int64_t>(t / bs) * p.bt_blk];
-          src = vbase + blk * p.v_blk + static_cast<std::int64_t>(t % bs) * p.v_tok +
-                static_cast<std::int64_t>(c) * p.v_chunk;
-        }
+#pragma unroll
+      for (int k = 0; k < KREP; ++k) {
+        const int r = tid / CH + k * (kDecodeThreads / CH);
+        const int c = tid % CH;
+        const bool ok = kid[k] >= 0;
+        const T* src = ok ? vbase + static_cast<std::int64_t>(kid[k]) * p.v_blk +
+                                static_cast<std::int64_t>(koff[k]) * p.v_tok +
+                                static_cast<std::int64_t>(c) * p.v_chunk
+                          : vbase;
         cp_async16(smem_addr(dv + swz(r, c, HEAD)), src, ok ? 16 : 0);
       }
     }
@@ -241,9 +262,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int ntiles = (end - start + TOK - 1) / TOK;
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < ntiles) load_tile(st, st);
+    fetch_ids(st);
+    issue_tile(st, st);
     cp_async_commit();
   }
+  fetch_ids(STAGES - 1);
   cp_async_wait<STAGES - 1>();  // the query group
   __syncthreads();
 
@@ -275,9 +298,11 @@ __global__ void __launch_bounds__(kDecodeThreads)
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     {
+      // Tiles past the end have every row masked: their copies read nothing.
       const int nt = it + STAGES - 1;
-      if (nt < ntiles) load_tile(nt, nt % STAGES);
+      if (nt < ntiles) issue_tile(nt, nt % STAGES);
       cp_async_commit();
+      if (nt + 1 < ntiles) fetch_ids(nt + 1);
     }
     const int stage = it % STAGES;
     const T* K = sK + stage * TILE;
@@ -513,12 +538,19 @@ bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) 
 }  // namespace
 
 bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
+  if (pr.batch.num_prefill_seqs > 0) {
+    if (why_not) *why_not = "the batch has prefill chunks";
+    return false;
+  }
+  return decode_mma_rows_supported(pr, why_not);
+}
+
+bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   auto no = [&](const char* why) {
     if (why_not) *why_not = why;
     return false;
   };
   if (pr.device.type != DeviceType::kCUDA) return no("not a CUDA device");
-  if (pr.batch.num_prefill_seqs > 0) return no("the batch has prefill chunks");
   if (pr.batch.num_decode_seqs == 0) return no("the batch has no decode rows");
   if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
     return no("query dtype is not fp16/bf16");

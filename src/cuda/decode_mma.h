@@ -46,6 +46,9 @@ inline std::int64_t decode_mma_smem_bytes(int head_size) {
 /// value chunks must not cross a block). Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.
 bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
+/// The same rules without "every sequence a decode": whether the decode rows of a mixed batch
+/// can run on the fast path while the prefill chunks take the tiled kernel.
+bool decode_mma_rows_supported(const ProblemDesc& problem, std::string* why_not);
 
 /// True when every stride (except the innermost) of the cache, query and output is a multiple
 /// of 8 elements, as 16-byte cp.async needs (checked at plan time).
@@ -54,7 +57,7 @@ bool decode_mma_aligned_strides(const AttentionArgs& args);
 /// unaligned call takes the planned tiled fallback).
 bool decode_mma_aligned(const AttentionArgs& args);
 
-/// Split size for the batch (pure: select_kernel and plan_attention call it with the same
+/// Split size for the batch's decode rows (pure: select_kernel and plan_attention call it with the same
 /// inputs): the KV range of the longest sequence is cut into equal 64-token-aligned splits so
 /// that the CTAs of the whole batch fill the device's CTA slots about eight times (small
 /// CTAs let the hardware scheduler even out unequal lengths; the merge stays negligible).

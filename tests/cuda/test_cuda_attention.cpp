@@ -122,7 +122,8 @@ TEST(CudaHeavy, CacheBeyond2Pow31ElementsTopBlockIds) {
     const DType dt = DType::kBFloat16;
     const int H = 4, KVH = 1, D = 128, BS = 16;
     const std::int64_t block_elems = std::int64_t{BS} * KVH * D;
-    const std::int64_t num_blocks = (std::int64_t{1} << 31) / block_elems + 64;
+    // Room above 2^31 elements for every used block (84 here) with ids counted from the top.
+    const std::int64_t num_blocks = (std::int64_t{1} << 31) / block_elems + 256;
     KVCacheSpec big;
     big.layout = layout;
     big.num_blocks = num_blocks;
