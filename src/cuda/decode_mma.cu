@@ -194,13 +194,34 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int vid = -1, voff = 0; // split values: the thread's 8-token chunk
   auto fetch_ids = [&](int tile) {
     const int t0 = start + tile * TOK;
-#pragma unroll
-    for (int k = 0; k < NK; ++k) {
-      const int r = SPLIT_K ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
-      const int t = t0 + r;
+    if constexpr (SPLIT_K) {
+      const int t = t0 + tid % TOK;
       const bool ok = t >= valid_lo && t < end;
-      kid[k] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
-      koff[k] = ok ? t % bs : 0;
+      kid[0] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
+      koff[0] = ok ? t % bs : 0;
+    } else {
+      // Rows t_first + k * STEP: one division per tile, then walk the block index (integer
+      // division costs tens of instructions, and this runs for every tile).
+      constexpr int STEP = kDecodeThreads / CH;
+      const int t_first = t0 + tid / CH;
+      int q = t_first / bs, o = t_first - q * bs;
+#pragma unroll
+      for (int k = 0; k < NK; ++k) {
+        const int t = t_first + k * STEP;
+        const bool ok = t >= valid_lo && t < end;
+        kid[k] = ok ? bt[static_cast<std::int64_t>(q) * p.bt_blk] : -1;
+        koff[k] = o;
+        o += STEP;
+        if (bs >= STEP) {
+          if (o >= bs) {
+            o -= bs;
+            ++q;
+          }
+        } else {
+          q += o / bs;
+          o %= bs;
+        }
+      }
     }
     if constexpr (SPLIT_V) {
       const int tt = t0 + (tid % (TOK / 8)) * 8;
