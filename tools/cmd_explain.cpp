@@ -56,14 +56,7 @@ int run_explain(const ConfigFlags& flags) {
   }
   const std::int64_t T = starts.back();
 
-  KVCacheSpec spec;
-  spec.layout = c.layout;
-  spec.num_blocks = num_blocks;
-  spec.block_size = c.block_size;
-  spec.num_kv_heads = c.num_kv_heads;
-  spec.head_size = c.head_size;
-  spec.dtype = c.kv_dtype;
-  spec.page_pad = c.page_pad;
+  const KVCacheSpec spec = testing::kv_cache_spec(c, num_blocks);
   // Shapes only: planning never touches memory, so the views have null data.
   auto cache = make_kv_cache(spec, nullptr, nullptr, *device, c.k_scale > 0 ? c.k_scale : 1.0f,
                              c.v_scale > 0 ? c.v_scale : 1.0f);

@@ -27,6 +27,18 @@ float case_scale(const CaseConfig& config) {
 }
 
 // ------------------------------------------------------------------------ tolerances
+KVCacheSpec kv_cache_spec(const CaseConfig& c, std::int64_t num_blocks) {
+  KVCacheSpec spec;
+  spec.layout = c.layout;
+  spec.num_blocks = num_blocks;
+  spec.block_size = c.block_size;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_size = c.head_size;
+  spec.dtype = c.kv_dtype;
+  spec.page_pad = c.page_pad;
+  return spec;
+}
+
 Tolerance tolerance_for(DType dtype, DType kv_dtype) {
   // The oracle runs on the same rounded (and, for fp8, the same dequantised) inputs, so the
   // budget covers only the kernel's arithmetic and the final rounding of `out` to `dtype`;
@@ -517,14 +529,7 @@ CaseResult run_case(const CaseConfig& c) {
     qsl[static_cast<std::size_t>(s * ms)] = starts[static_cast<std::size_t>(s)];
 
   // ---- caches, poisoned everywhere (tails, unused blocks, page padding) --------------------
-  KVCacheSpec spec;
-  spec.layout = c.layout;
-  spec.num_blocks = pool;
-  spec.block_size = c.block_size;
-  spec.num_kv_heads = c.num_kv_heads;
-  spec.head_size = c.head_size;
-  spec.dtype = c.kv_dtype;
-  spec.page_pad = c.page_pad;
+  const KVCacheSpec spec = kv_cache_spec(c, pool);
   auto cache_elems = kv_cache_elements(spec);
   if (!cache_elems.ok()) return fail(cache_elems.status());
   const std::vector<std::uint8_t> cache_init = poisoned_bytes(c.kv_dtype, *cache_elems);

@@ -78,6 +78,10 @@ struct Tolerance {
 };
 Tolerance tolerance_for(DType dtype, DType kv_dtype);
 
+/// The cache a case allocates: its layout, block size, heads, head size, cache dtype and page
+/// padding, with `num_blocks` physical blocks.
+KVCacheSpec kv_cache_spec(const CaseConfig& config, std::int64_t num_blocks);
+
 struct CaseResult {
   Status status;              // non-ok: the case could not run (invalid config, no device)
   bool pass = false;          // status ok and every element within tolerance, no NaN
