@@ -1,5 +1,6 @@
 // `pagedattn bench`: decode (and mixed) workloads timed on a GPU against the read ceiling
 // measured in the same run (DESIGN.md §6). Table on stdout; CSV and JSON on request.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -52,20 +53,16 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "pagedattn bench: --device '%s': expected cuda or auto\n", f.device.c_str());
     return kExitInvalid;
   }
-  if (f.iters < 1 || f.warmup < 0 || f.ceiling_gb <= 0) {
-    std::fprintf(stderr, "pagedattn bench: --iters >= 1, --warmup >= 0, --ceiling-gb > 0\n");
+  auto usage = [](const std::string& m) {
+    std::fprintf(stderr, "pagedattn bench: %s\n", m.c_str());
     return kExitInvalid;
-  }
+  };
+  if (f.iters < 1) return usage("--iters " + std::to_string(f.iters) + ": expected >= 1");
+  if (f.warmup < 0) return usage("--warmup " + std::to_string(f.warmup) + ": expected >= 0");
+  if (!(std::isfinite(f.ceiling_gb) && f.ceiling_gb > 0 && f.ceiling_gb <= 64))
+    return usage("--ceiling-gb " + std::to_string(f.ceiling_gb) + ": expected a value in (0, 64]");
   auto layout = parse_layout(f.layout);
-  if (!layout.ok()) {
-    std::fprintf(stderr, "pagedattn bench: %s\n", layout.status().message().c_str());
-    return kExitInvalid;
-  }
-  auto info = query_device(Device::cuda(0));
-  if (!info.ok()) {
-    std::fprintf(stderr, "pagedattn bench: %s\n", info.status().to_string().c_str());
-    return exit_code_for(info.status());
-  }
+  if (!layout.ok()) return usage("--layout: " + layout.status().message());
 
   std::vector<bench::Workload> all;
   const std::set<std::string> wanted_list = [&] {
@@ -78,19 +75,31 @@ int run_bench(const BenchFlags& f) {
   for (auto& w : bench::standard_workloads(*layout, f.seed))
     if (wanted(w)) all.push_back(w);
   auto traces = bench::trace_workloads(*layout, f.seed);
-  if (!traces.ok()) {
-    std::fprintf(stderr, "pagedattn bench: %s\n", traces.status().to_string().c_str());
-    return kExitInvalid;
-  }
+  if (!traces.ok()) return usage(traces.status().to_string());
   for (auto& w : *traces)
     if (wanted(w)) all.push_back(w);
   for (auto& w : bench::sweep_workloads(*layout))
     if (f.sweep || wanted(w)) all.push_back(w);
-  if (all.empty()) {
-    std::fprintf(stderr, "pagedattn bench: --workloads '%s' selects nothing (names: W1..W7, "
+  if (all.empty())
+    return usage("--workloads '" + f.workloads + "' selects nothing (names: W1..W7, "
                  "T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
-                 "standard, trace, sweep-ctx, sweep-batch, all)\n", f.workloads.c_str());
-    return kExitInvalid;
+                 "standard, trace, sweep-ctx, sweep-batch, all)");
+  // Output files are opened before any GPU work, so a bad path fails at once.
+  std::ofstream json_out, csv_out;
+  if (!f.json.empty()) {
+    json_out.open(f.json);
+    if (!json_out) return usage("--json " + f.json + ": cannot open for writing");
+  }
+  if (!f.csv.empty()) {
+    csv_out.open(f.csv);
+    if (!csv_out) return usage("--csv " + f.csv + ": cannot open for writing");
+  }
+
+  auto info = query_device(Device::cuda(0));
+  if (!info.ok()) {
+    std::fprintf(stderr, "pagedattn bench: --device %s: %s\n", f.device.c_str(),
+                 info.status().to_string().c_str());
+    return exit_code_for(info.status());
   }
 
   auto dev = cuda::bench::device_summary(0);
@@ -161,12 +170,12 @@ int run_bench(const BenchFlags& f) {
     row["tile_tokens"] = r.choice.tile_tokens;
     j["results"].push_back(row);
   }
-  if (!f.json.empty()) {
-    std::ofstream o(f.json);
-    o << j.dump(2) << "\n";
+  if (json_out.is_open()) {
+    json_out << j.dump(2) << "\n";
+    if (!json_out.flush()) return usage("--json " + f.json + ": write failed");
   }
-  if (!f.csv.empty()) {
-    std::ofstream o(f.csv);
+  if (csv_out.is_open()) {
+    std::ostream& o = csv_out;
     o << "name,group,num_seqs,max_seq_len,total_kv_tokens,head_size,block_size,median_us,"
          "graph_median_us,gbps,pct_of_ceiling,kernel,splits\n";
     for (const auto& row : j["results"]) {
@@ -176,6 +185,7 @@ int run_bench(const BenchFlags& f) {
         << row["graph_median_us"] << "," << row["gbps"] << "," << row["pct_of_ceiling"] << ","
         << row["kernel"].get<std::string>() << "," << row["splits"] << "\n";
     }
+    if (!csv_out.flush()) return usage("--csv " + f.csv + ": write failed");
   }
   return failures ? kExitInvalid : kExitOk;
 }
@@ -186,6 +196,7 @@ Action register_bench(CLI::App& app) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand("bench", "Time decode workloads on the GPU against the "
                                               "measured read ceiling");
+  cmd->option_defaults()->always_capture_default();
   cmd->add_option("--device", flags->device, "cuda|auto (the benchmark measures GPU kernels)");
   cmd->add_option("--layout", flags->layout, "split|nhd|hnd");
   cmd->add_option("--workloads", flags->workloads,
@@ -198,7 +209,8 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV");
   cmd->add_option("--json", flags->json, "write results as JSON");
-  cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths");
+  cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
+      ->check(kNonNegativeInteger);
   return [flags] { return run_bench(*flags); };
 }
 

@@ -401,6 +401,7 @@ Action register_run(CLI::App& app) {
                   "prefill row when present; 0 = no verification)")
       ->capture_default_str();
   sub->add_option("--seed", f->seed, "seed of Q/K/V values, free-list order and row samples")
+      ->check(kNonNegativeInteger)
       ->capture_default_str();
   sub->add_option("--threads", f->threads, "CPU threads (0 = all)")->capture_default_str();
   // Hidden (empty group): proves that a corrupted output or cache makes the run fail (exit 1).

@@ -24,6 +24,16 @@ inline int exit_code_for(const Status& status) {
 
 using Action = std::function<int()>;
 
+/// Flag check for seeds and other unsigned values: digits only, so "-1" is an error instead of
+/// wrapping around to 2^64 - 1.
+inline const CLI::Validator kNonNegativeInteger(
+    [](std::string& s) {
+      if (!s.empty() && s.size() <= 19 && s.find_first_not_of("0123456789") == std::string::npos)
+        return std::string();
+      return std::string("expected an integer in [0, 10^19), got '") + s + "'";
+    },
+    "UINT");
+
 Action register_run(CLI::App& app);
 Action register_verify(CLI::App& app);
 Action register_explain(CLI::App& app);

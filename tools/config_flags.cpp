@@ -1,5 +1,7 @@
 #include "tools/config_flags.h"
 
+#include "tools/commands.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -39,7 +41,7 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
   app->add_option("--page-pad", f->page_pad,
                   "extra elements after each K and V block (padded pages)")
       ->capture_default_str();
-  app->add_option("--seed", f->seed, "input seed")->capture_default_str();
+  app->add_option("--seed", f->seed, "input seed")->check(kNonNegativeInteger)->capture_default_str();
   app->add_option("--k-scale", f->k_scale, "fp8 key scale (0 = derived from the data)")
       ->capture_default_str();
   app->add_option("--v-scale", f->v_scale, "fp8 value scale (0 = derived from the data)")

@@ -53,6 +53,20 @@ bool non_overlapping(const TensorView& t) {
   return true;
 }
 
+/// The largest element offset + 1 fits in int64 and its byte size in int64 too, so that every
+/// offset a kernel forms (block id x block stride + ...) is representable.
+bool span_fits(const TensorView& t) {
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max() /
+                           static_cast<std::int64_t>(std::max<std::size_t>(1, dtype_size(t.dtype)));
+  std::int64_t span = 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] <= 1) continue;
+    if (t.strides[d] > 0 && (t.shape[d] - 1) > (max - span) / t.strides[d]) return false;
+    span += (t.shape[d] - 1) * t.strides[d];
+  }
+  return true;
+}
+
 Status check_cache_tensor(const TensorView& t, const char* name, int ndim) {
   PAGEDATTN_RETURN_IF_ERROR(validate::require_defined(t, name));
   PAGEDATTN_RETURN_IF_ERROR(validate::require_ndim(t, name, ndim));
@@ -63,6 +77,9 @@ Status check_cache_tensor(const TensorView& t, const char* name, int ndim) {
   }
   PAGEDATTN_RETURN_IF_ERROR(validate::require_non_negative_strides(t, name));
   PAGEDATTN_RETURN_IF_ERROR(validate::require_inner_contiguous(t, name));
+  if (!span_fits(t))
+    return invalid(std::string(name) + " " + t.describe() +
+                   ": the largest element offset overflows 64-bit byte addressing");
   if (!non_overlapping(t))
     return invalid(std::string(name) + " " + t.describe() +
                    ": blocks or elements overlap (stride(0) must be at least the span of one "
@@ -175,9 +192,19 @@ Result<std::int64_t> kv_cache_elements(const KVCacheSpec& spec) {
   if (spec.num_kv_heads <= 0) return invalid("num_kv_heads = " + std::to_string(spec.num_kv_heads) + ": expected > 0");
   if (spec.head_size <= 0) return invalid("head_size = " + std::to_string(spec.head_size) + ": expected > 0");
   if (spec.page_pad < 0) return invalid("page_pad = " + std::to_string(spec.page_pad) + ": expected >= 0");
-  const std::int64_t per_block = kv_block_elements(spec) + spec.page_pad;
-  if (per_block > std::numeric_limits<std::int64_t>::max() / spec.num_blocks)
-    return invalid("num_blocks * block elements overflows int64");
+  // Every product and sum in int64 bytes, checked before it is formed.
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max() / 8;
+  const std::int64_t bh = static_cast<std::int64_t>(spec.block_size) * spec.num_kv_heads;
+  if (bh > max / spec.head_size)
+    return invalid("block_size x num_kv_heads x head_size overflows 64-bit addressing");
+  const std::int64_t block = bh * spec.head_size;
+  if (spec.page_pad > max - block)
+    return invalid("page_pad = " + std::to_string(spec.page_pad) +
+                   ": block elements + page_pad overflows 64-bit addressing");
+  const std::int64_t per_block = block + spec.page_pad;
+  if (per_block > max / spec.num_blocks)
+    return invalid("num_blocks = " + std::to_string(spec.num_blocks) + " x " +
+                   std::to_string(per_block) + " elements per block overflows 64-bit addressing");
   return per_block * spec.num_blocks;
 }
 

@@ -380,7 +380,7 @@ CaseConfig base(Device device, KVLayout layout, int bs, int head_size, int heads
 /// Name and seed from the configuration (the seed from the name, so that adding a case never
 /// changes another case's inputs).
 CaseConfig finish(CaseConfig c) {
-  c.name = case_name(c);
+  if (c.name.empty()) c.name = case_name(c);
   c.seed = fnv1a(c.name) & 0xFFFFFFFFull;
   return c;
 }
@@ -686,6 +686,21 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     c.sinks = true;
     c.tag = "mqaprefill";
     add(c);
+  }
+
+  // The names DESIGN.md uses as examples (§4, §7), so that `pagedattn verify --cases NAME` and
+  // `--gtest_filter=*NAME` work as documented: a 544-token block, head 80, GQA 4, bf16, window
+  // 64, with decode and prefill rows on both sides of the window edge and of a block boundary.
+  for (const char* name : {"nhd_bs544_h80_q16kv4_bf16_window64", "nhd_bs544_h80_gqa4_bf16_window64"}) {
+    CaseConfig c = base(dev, KVLayout::kNHD, 544, 80, 16, 4, b16, b16);
+    set_lengths(&c, {{544, 1}, {545, 1}, {63, 1}, {64, 1}, {65, 1}, {600, 40}, {1100, 7}});
+    c.sliding_window = 64;
+    if (name[14] == 'g') {  // the gqa4 spelling: the same shape with 32/8 heads
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+    }
+    c.name = name;
+    if (!quick) add(c);
   }
 
   // The CUDA decode fast path (all-decode batches, fp16/bf16, head 64/128, GQA <= 16): every

@@ -14,7 +14,10 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <new>
 #include <vector>
+
+#include <unistd.h>
 
 #include "src/core/numeric.h"
 #include "src/cuda/cuda_backend.h"
@@ -368,10 +371,62 @@ std::string cache_index(const TensorView& t, std::int64_t elem) {
 }  // namespace
 
 // ------------------------------------------------------------------------ run_case
+namespace {
+
+/// Host memory a case needs, roughly (bytes, as double so that absurd sizes cannot overflow):
+/// the K/V pool (poisoned image, host copies, the oracle's copy), the generated K/V rows and
+/// the query/output rows in fp32 with their rounded copies.
+double estimated_host_bytes(const CaseConfig& c) {
+  double kv_tokens = 0, q_tokens = 0, blocks = static_cast<double>(std::max(0, c.extra_blocks));
+  for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
+    kv_tokens += std::max(0, c.seq_lens[i]);
+    blocks += std::ceil(std::max(0, c.seq_lens[i]) / static_cast<double>(std::max(1, c.block_size)));
+    if (i < c.query_lens.size()) q_tokens += std::max(0, c.query_lens[i]);
+  }
+  const double block_elems = static_cast<double>(std::max(1, c.block_size)) * c.num_kv_heads *
+                                 c.head_size + static_cast<double>(std::max<std::int64_t>(0, c.page_pad));
+  const double cache = 2.0 * 3.0 * blocks * block_elems * static_cast<double>(dtype_size(c.kv_dtype));
+  const double rows = 2.0 * kv_tokens * c.num_kv_heads * c.head_size * 4.0 * 2.0;
+  const double q = 4.0 * q_tokens * c.num_heads * c.head_size * 4.0;
+  return cache + rows + q;
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+CaseResult run_case_checked(const CaseConfig& c);
+
+}  // namespace
+
 CaseResult run_case(const CaseConfig& c) {
   CaseResult r;
   r.status = check_config(c);
   if (!r.status.ok()) return r;
+  // A case too large for this machine is an input error, reported before any allocation,
+  // not a std::bad_alloc (or the OOM killer) half-way through.
+  const double need = estimated_host_bytes(c), have = physical_memory_bytes();
+  if (have > 0 && need > 0.6 * have) {
+    r.status = invalid_config(fmt::format(
+        "the case needs about {:.1f} GiB of host memory (cache pool, inputs and the oracle's "
+        "copies); this machine has {:.1f} GiB: reduce --seq-lens, --num-heads, --head-size, "
+        "--block-size or --page-pad", need / 1073741824.0, have / 1073741824.0));
+    return r;
+  }
+  try {
+    return run_case_checked(c);
+  } catch (const std::bad_alloc&) {
+    r.status = invalid_config(fmt::format("out of host memory building the case (about {:.1f} "
+                                          "GiB estimated)", need / 1073741824.0));
+    return r;
+  }
+}
+
+namespace {
+
+CaseResult run_case_checked(const CaseConfig& c) {
+  CaseResult r;
   auto fail = [&r](Status st) {
     r.status = std::move(st);
     r.pass = false;
@@ -787,5 +842,7 @@ CaseResult run_case(const CaseConfig& c) {
   for (std::size_t i = 0; i < problems.size(); ++i) r.detail += (i ? "; " : "") + problems[i];
   return r;
 }
+
+}  // namespace
 
 }  // namespace pagedattn::testing

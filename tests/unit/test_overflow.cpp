@@ -1,0 +1,66 @@
+// Sizes whose products overflow 64-bit addressing are input errors, never wrapped values that
+// a writer or reader would then use (found by trying absurd --page-pad values and hand-made
+// strides).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+
+namespace pagedattn {
+namespace {
+
+constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+
+TEST(Overflow, PagePadThatOverflowsIsRejectedByName) {
+  KVCacheSpec spec{KVLayout::kNHD, 8, 16, 2, 64, DType::kBFloat16, kMax};
+  auto e = kv_cache_elements(spec);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("page_pad"), std::string::npos) << e.status().message();
+  auto c = make_kv_cache(spec, nullptr, nullptr);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("page_pad"), std::string::npos) << c.status().message();
+}
+
+TEST(Overflow, BlockCountTimesBlockSizeThatOverflowsIsRejected) {
+  KVCacheSpec spec{KVLayout::kHND, kMax / 4, 16, 8, 128, DType::kFloat16, 0};
+  auto e = kv_cache_elements(spec);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("num_blocks"), std::string::npos) << e.status().message();
+  // Three int32 factors whose product alone exceeds int64.
+  KVCacheSpec wide{KVLayout::kNHD, 1, 1 << 30, 1 << 30, 256, DType::kFloat16, 0};
+  EXPECT_FALSE(kv_cache_elements(wide).ok());
+}
+
+TEST(Overflow, HandMadeStridesWhoseSpanOverflowsAreRejectedAndNothingIsWritten) {
+  // Real memory for the first block; the block stride claims an absurd distance to the next.
+  std::vector<std::uint16_t> k(2 * 16 * 2 * 64, 0x7FC0), v(k.size(), 0x7FC0);
+  for (std::int64_t stride0 : {kMax - 10, std::int64_t{1} << 62}) {
+    KVCache cache;
+    cache.layout = KVLayout::kNHD;
+    cache.key = TensorView::strided(k.data(), DType::kBFloat16, {2, 16, 2, 64},
+                                    {stride0, 128, 64, 1});
+    cache.value = TensorView::strided(v.data(), DType::kBFloat16, {2, 16, 2, 64},
+                                      {stride0, 128, 64, 1});
+    auto g = describe_kv_cache(cache);
+    ASSERT_FALSE(g.ok()) << stride0;
+    EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find("overflows"), std::string::npos) << g.status().message();
+
+    std::vector<std::uint16_t> key(2 * 64, 0x3F80), value(key.size(), 0x3F80);
+    std::vector<std::int32_t> slots{16};
+    const std::vector<std::uint16_t> k_before = k, v_before = v;
+    Status st = write_kv(TensorView::contiguous(key.data(), DType::kBFloat16, {1, 2, 64}),
+                         TensorView::contiguous(value.data(), DType::kBFloat16, {1, 2, 64}),
+                         TensorView::contiguous(slots.data(), DType::kInt32, {1}), cache);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(k, k_before);
+    EXPECT_EQ(v, v_before);
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn
