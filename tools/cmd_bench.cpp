@@ -96,11 +96,7 @@ int run_bench(const BenchFlags& f) {
   }
 
   auto info = query_device(Device::cuda(0));
-  if (!info.ok()) {
-    std::fprintf(stderr, "pagedattn bench: --device %s: %s\n", f.device.c_str(),
-                 info.status().to_string().c_str());
-    return exit_code_for(info.status());
-  }
+  if (!info.ok()) return report_failure("bench", info.status(), false);
 
   auto dev = cuda::bench::device_summary(0);
   auto ceiling = cuda::bench::read_ceiling_gbps(

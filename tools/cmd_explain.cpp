@@ -21,10 +21,7 @@ namespace {
 const char* access_name(CacheAccess a) { return a == CacheAccess::kNative ? "native" : "strided"; }
 
 int run_explain(const ConfigFlags& flags) {
-  auto fail = [](const Status& st) {
-    std::fprintf(stderr, "pagedattn explain: %s\n", st.to_string().c_str());
-    return exit_code_for(st);
-  };
+  auto fail = [&flags](const Status& st) { return report_failure("explain", st, flags.json); };
   auto device = resolve_device(flags.device);
   if (!device.ok()) return fail(device.status());
   auto cfg = to_case_config(flags, *device);

@@ -291,10 +291,7 @@ void print_report(const serving::ReplayReport& r) {
 
 int run_run(const RunFlags& flags) {
   Result<serving::ReplayConfig> config = to_replay_config(flags);
-  if (!config.ok()) {
-    std::fprintf(stderr, "pagedattn run: %s\n", config.status().message().c_str());
-    return exit_code_for(config.status());
-  }
+  if (!config.ok()) return report_failure("run", config.status(), flags.json);
   // Progress on stderr, so that stdout stays the report (and valid JSON with --json): a line
   // each time another eighth of the requests has finished.
   std::int64_t next_mark = 0;
@@ -316,15 +313,7 @@ int run_run(const RunFlags& flags) {
   }
   Result<serving::ReplayReport> report = serving::run_replay(*config, progress);
   if (!report.ok()) {
-    std::fprintf(stderr, "pagedattn run: %s\n", report.status().message().c_str());
-    if (flags.json) {
-      Json j;
-      j["status"] = to_string(report.status().code());
-      j["status_code"] = static_cast<int>(report.status().code());
-      j["message"] = report.status().message();
-      std::printf("%s\n", j.dump(2).c_str());
-    }
-    return exit_code_for(report.status());
+    return report_failure("run", report.status(), flags.json);
   }
   if (flags.json) {
     std::printf("%s\n", json_report(*report).dump(2).c_str());

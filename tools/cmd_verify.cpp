@@ -30,7 +30,6 @@ nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult
   nlohmann::json j;
   j["name"] = c.name;
   j["status"] = to_string(r.status.code());
-  j["status_code"] = static_cast<int>(r.status.code());
   if (!r.status.ok()) j["message"] = r.status.message();
   j["pass"] = r.status.ok() && r.pass;
   if (r.status.ok()) {
@@ -51,26 +50,22 @@ nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult
 }
 
 int run_verify(const VerifyFlags& flags) {
+  const bool json_out = flags.config.json;
   auto device = resolve_device(flags.config.device);
-  if (!device.ok()) {
-    std::fprintf(stderr, "pagedattn verify: %s\n", device.status().message().c_str());
-    return exit_code_for(device.status());
-  }
+  if (!device.ok()) return report_failure("verify", device.status(), json_out);
 
   std::vector<testing::CaseConfig> cases;
   if (!flags.cases.empty() || flags.quick) {
     cases = testing::select_cases(testing::matrix_cases(*device, flags.quick),
                                   flags.cases.empty() ? "all" : flags.cases);
-    if (cases.empty()) {
-      std::fprintf(stderr, "pagedattn verify: --cases %s matches no case\n", flags.cases.c_str());
-      return kExitInvalid;
-    }
+    if (cases.empty())
+      return report_failure("verify",
+                            Status(StatusCode::kInvalidArgument,
+                                   "--cases " + flags.cases + " matches no case"),
+                            json_out);
   } else {
     auto c = to_case_config(flags.config, *device);
-    if (!c.ok()) {
-      std::fprintf(stderr, "pagedattn verify: %s\n", c.status().message().c_str());
-      return kExitInvalid;
-    }
+    if (!c.ok()) return report_failure("verify", c.status(), json_out);
     cases.push_back(*c);
   }
 
@@ -127,11 +122,22 @@ Action register_verify(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "verify", "run a configuration (or named test cases) and compare with the oracle");
   add_config_flags(sub, &flags->config);
-  sub->add_option("--cases", flags->cases,
-                  "named cases instead of one configuration: all, or globs ('*' and '?') "
-                  "separated by commas; names are the GoogleTest names");
-  sub->add_flag("--quick", flags->quick,
-                "with --cases: draw from the small sanitizer subset instead of the full matrix");
+  CLI::Option* cases = sub->add_option(
+      "--cases", flags->cases,
+      "named cases instead of one configuration: all, or globs ('*' and '?') separated by "
+      "commas; names are the GoogleTest names");
+  CLI::Option* quick = sub->add_flag(
+      "--quick", flags->quick,
+      "the small sanitizer subset of the named cases (all of it, or those --cases selects)");
+  // Named cases carry their own configuration and seed: a configuration flag next to them
+  // would be silently ignored, so it is a usage error.
+  for (const char* name : {"--layout", "--num-heads", "--num-kv-heads", "--head-size",
+                           "--block-size", "--dtype", "--kv-dtype", "--seq-lens", "--query-lens",
+                           "--sliding-window", "--softcap", "--alibi", "--sinks", "--page-pad",
+                           "--seed", "--k-scale", "--v-scale", "--tile-tokens", "--num-splits"}) {
+    cases->excludes(sub->get_option(name));
+    quick->excludes(sub->get_option(name));
+  }
   return [flags] { return run_verify(*flags); };
 }
 

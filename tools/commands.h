@@ -2,9 +2,12 @@
 // and flags to `app` and returns the action main() runs when that subcommand is chosen.
 #pragma once
 
+#include <cstdio>
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "pagedattn/status.h"
 
@@ -20,6 +23,22 @@ inline constexpr int kExitNoDevice = 3;
 inline int exit_code_for(const Status& status) {
   if (status.ok()) return kExitOk;
   return status.code() == StatusCode::kDeviceUnavailable ? kExitNoDevice : kExitInvalid;
+}
+
+/// Report a failed subcommand: "pagedattn <command>: <message>" on stderr and, with --json, a
+/// JSON object {"status", "message", "exit_code"} on stdout so that scripts always get JSON.
+/// Returns the exit status for `status`.
+inline int report_failure(const char* command, const Status& status, bool json) {
+  std::fprintf(stderr, "pagedattn %s: %s\n", command, status.to_string().c_str());
+  const int code = exit_code_for(status);
+  if (json) {
+    nlohmann::json j;
+    j["status"] = to_string(status.code());
+    j["message"] = status.message();
+    j["exit_code"] = code;
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  return code;
 }
 
 using Action = std::function<int()>;

@@ -53,6 +53,8 @@ Result<KernelChoice> select_kernel(const ProblemDesc& problem, const DeviceInfo&
       << ", independent of block_size " << problem.block_size << "); all "
       << problem.gqa_ratio() << " query heads of a KV head share each tile; "
       << (problem.access == CacheAccess::kNative ? "dense" : "strided") << " cache addressing";
+  if (options.num_splits > 1)
+    why << "; num_splits " << options.num_splits << " ignored (the CPU backend never splits)";
   c.reason = why.str();
   return c;
 }
