@@ -216,7 +216,8 @@ void print_report(const serving::ReplayReport& r) {
   std::string s;
   s += fmt::format(
       "  model         {}: {} query / {} KV heads, head {}; layout {}, {} (cache {}{}); block {} "
-      "tokens{}; softmax scale {:.4g}\n",
+      "tokens{}; softmax scale {:.4g} (sharper than 1/sqrt(head): a wrong or missing key must "
+      "move the output beyond the tolerance)\n",
       r.model.name, r.model.num_heads, r.model.num_kv_heads, r.model.head_size,
       to_string(r.layout), to_string(r.dtype), to_string(r.kv_dtype),
       is_fp8(r.kv_dtype) ? fmt::format(", k_scale {} v_scale {}", r.k_scale, r.v_scale) : "",

@@ -179,8 +179,11 @@ Result<std::string> resolve_trace_path(const std::string& name_or_path) {
       names += fmt::format("{}{}", names.empty() ? "" : ", ", known.name);
     }
     return Status(StatusCode::kInvalidArgument,
-                  fmt::format("trace '{}': no such file (and not one of the shipped traces: {})",
-                              name_or_path, names));
+                  fmt::format("trace '{}': {} (and not one of the shipped traces: {})",
+                              name_or_path,
+                              std::filesystem::exists(name_or_path) ? "not a regular file"
+                                                                    : "no such file",
+                              names));
   }
   return name_or_path;
 }
