@@ -49,9 +49,9 @@ gtest_counts() {  # log -> "P passed, F failed, S skipped"
   s=$(grep -Eo '\[  SKIPPED \] [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$' || true)
   echo "${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
 }
-sanitizer_errors() {  # log -> "N errors"
+sanitizer_errors() {  # log -> "N errors" (memcheck/synccheck: ERROR SUMMARY; racecheck: hazards)
   local n
-  n=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$1" | tail -1 | grep -Eo '[0-9]+$' || true)
+  n=$(grep -Eo '(ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: [0-9]+)' "$1" | tail -1 | grep -Eo '[0-9]+$' || true)
   echo "${n:-?} sanitizer errors"
 }
 
@@ -131,7 +131,7 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ]; then
   wait "$verify_pid"
   t1=$(date +%s)
   vrc=$(cat "$LOG/verify.rc" 2>/dev/null || echo '?')
-  record verify_all "$([ "$vrc" = 0 ] && echo ok || echo FAIL)" $((t1 - t_verify0)) "exit $vrc; $(grep -Eci 'fail|mismatch' "$LOG/verify.log") fail/mismatch lines"
+  record verify_all "$([ "$vrc" = 0 ] && echo ok || echo FAIL)" $((t1 - t_verify0)) "exit $vrc; $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOG/verify.log" | tail -1)"
 
   # ---------------------------------------------------------------- serving replay
   t0=$(date +%s)
