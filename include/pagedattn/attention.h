@@ -29,10 +29,11 @@ struct AttentionParams {
   /// Keep keys with `q_pos - j < sliding_window` (the window counts the current token).
   /// 0 = off; < 0 is an error.
   std::int32_t sliding_window = 0;
-  /// Optional `[num_heads]` fp32: `z_j += slope_h * (j - q_pos)` (DESIGN.md §2.4).
+  /// Optional `[num_heads]` fp32: `z_j += slope_h * (j - q_pos)` (DESIGN.md §2.4). Values
+  /// must be finite (they may live on the GPU, so they are not checked: NaN gives NaN rows).
   TensorView alibi_slopes;
   /// Optional `[num_heads]` fp32: a raw logit per query head that joins the softmax
-  /// denominator only (DESIGN.md §2.5).
+  /// denominator only (DESIGN.md §2.5). Finite or -inf (= no sink); not checked, as above.
   TensorView sinks;
 };
 
@@ -55,7 +56,8 @@ struct AttentionArgs {
   /// `[num_seqs + 1]` int32: prefix sum of the query lengths; query_start_loc[0] == 0 and
   /// query_start_loc[num_seqs] == num_tokens. query_len == 0 skips a sequence.
   TensorView query_start_loc;
-  /// `[num_tokens, num_heads, head_size]`, same dtype as the query; last dim contiguous.
+  /// `[num_tokens, num_heads, head_size]`, same dtype as the query; last dim contiguous; no two
+  /// elements at one address (kInvalidArgument otherwise). May alias the query.
   TensorView out;
   /// Optional `[num_tokens, num_heads]` fp32: natural-log log-sum-exp of each row's logits
   /// (after scale, softcap, ALiBi; including the sink term when sinks are given).
@@ -120,6 +122,7 @@ Status paged_attention(const AttentionArgs& args, const HostMetadata& host, Stre
 /// attention split across GPUs): with `lse = log(e^lse_a + e^lse_b)`,
 /// `out = e^(lse_a - lse) * out_a + e^(lse_b - lse) * out_b`.
 /// A state whose lse is -inf contributes nothing; if both are -inf, out = 0 and lse = -inf.
+/// LSE values must be finite or -inf (+inf and NaN give NaN results).
 /// out_a, out_b, out: `[num_tokens, num_heads, head_size]` fp32/fp16/bf16 (one dtype; last dim
 /// contiguous); lse_a, lse_b: `[num_tokens, num_heads]` fp32; lse_out optional (absent view =
 /// not written). `out` may alias out_a or out_b. Source: the log-sum-exp identity of the

@@ -53,8 +53,9 @@ struct KVCacheGeometry {
   std::int64_t num_slots() const { return num_blocks * block_size; }
 };
 
-/// Check `cache` (shapes for its layout, dtypes, innermost strides, scales > 0 and finite,
-/// blocks that do not overlap: `stride(0)` >= the span of one block) and return its sizes.
+/// Check `cache` (shapes for its layout, dtypes, innermost strides, for fp8 caches scales > 0
+/// and finite, no two elements at one address — blocks may be padded or interleaved but never
+/// overlap — and offsets that fit 64-bit byte addressing) and return its sizes.
 /// head_size: every multiple of 8 from 8 to 256 (DESIGN.md §1 asks for 32..256); `split`
 /// additionally needs head_size % x == 0 (so fp8 `split` caches need a multiple of 16).
 /// Errors: kInvalidArgument naming "key_cache"/"value_cache" and the offending dimension;

@@ -86,7 +86,8 @@ struct TensorView {
 };
 
 /// View a DLPack tensor. Strides may be null (dense). `byte_offset` is applied to `data`.
-/// Errors: kInvalidArgument for ndim > kMaxDims, lanes != 1 or negative strides;
+/// Errors: kInvalidArgument for ndim outside 1..kMaxDims (scalars are not tensors here),
+/// lanes != 1, negative sizes or negative strides;
 /// kUnsupported for dtypes and devices pagedattn has no use for.
 Result<TensorView> from_dlpack(const DLTensor& tensor);
 

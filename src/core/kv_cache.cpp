@@ -36,23 +36,6 @@ std::string dim_str(const char* name, int d, std::int64_t got, std::int64_t want
          ": expected " + std::to_string(want);
 }
 
-/// True if no two distinct indices of `t` map to the same element (strides sorted ascending,
-/// each at least the span of the dimensions below it). Blocks of a cache must never alias:
-/// a writer would otherwise store two slots into one element.
-bool non_overlapping(const TensorView& t) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
-  for (int d = 0; d < t.ndim; ++d) {
-    if (t.shape[d] > 1) dims.emplace_back(t.strides[d], t.shape[d]);
-  }
-  std::sort(dims.begin(), dims.end());
-  std::int64_t covered = 1;  // span of the dimensions seen so far
-  for (const auto& [stride, size] : dims) {
-    if (stride < covered) return false;
-    covered = stride * (size - 1) + covered;
-  }
-  return true;
-}
-
 /// The largest element offset + 1 fits in int64 and its byte size in int64 too, so that every
 /// offset a kernel forms (block id x block stride + ...) is representable.
 bool span_fits(const TensorView& t) {
@@ -80,7 +63,7 @@ Status check_cache_tensor(const TensorView& t, const char* name, int ndim) {
   if (!span_fits(t))
     return invalid(std::string(name) + " " + t.describe() +
                    ": the largest element offset overflows 64-bit byte addressing");
-  if (!non_overlapping(t))
+  if (!validate::non_overlapping(t))
     return invalid(std::string(name) + " " + t.describe() +
                    ": blocks or elements overlap (stride(0) must be at least the span of one "
                    "block)");
@@ -167,8 +150,8 @@ CacheAccessDecision decide_cache_access(const KVCache& cache) {
   CacheAccessDecision d;
   if (!is_block_contiguous(cache)) {
     d.access = CacheAccess::kStrided;
-    d.reason = "block stride differs from the block size (padded pages): every offset from "
-               "the tensors' strides";
+    d.reason = "block stride differs from the block size (padded pages or interleaved "
+               "blocks): every offset from the tensors' strides";
     return d;
   }
   if (!cache.key.is_contiguous() || !cache.value.is_contiguous()) {

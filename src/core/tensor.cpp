@@ -123,8 +123,10 @@ std::string TensorView::describe() const {
 
 Result<TensorView> from_dlpack(const DLTensor& t) {
   auto invalid = [](const std::string& m) { return Status(StatusCode::kInvalidArgument, m); };
-  if (t.ndim < 0 || t.ndim > kMaxDims)
-    return invalid("DLTensor.ndim = " + std::to_string(t.ndim) + ": expected 0.." +
+  // ndim 0 (a scalar) is rejected rather than mapped to an "absent" view, which would
+  // silently switch an optional feature (sinks, ALiBi) off.
+  if (t.ndim < 1 || t.ndim > kMaxDims)
+    return invalid("DLTensor.ndim = " + std::to_string(t.ndim) + ": expected 1.." +
                    std::to_string(kMaxDims));
   if (t.dtype.lanes != 1)
     return invalid("DLTensor.dtype.lanes = " + std::to_string(t.dtype.lanes) + ": expected 1");
@@ -154,6 +156,9 @@ Result<TensorView> from_dlpack(const DLTensor& t) {
   v.ndim = t.ndim;
   std::int64_t dense = 1;
   for (int d = t.ndim - 1; d >= 0; --d) {
+    if (t.shape[d] < 0)
+      return invalid("DLTensor.shape[" + std::to_string(d) + "] = " + std::to_string(t.shape[d]) +
+                     ": expected >= 0");
     v.shape[d] = t.shape[d];
     v.strides[d] = t.strides ? t.strides[d] : dense;
     if (v.strides[d] < 0)

@@ -100,6 +100,27 @@ Status require_contiguous(const TensorView& t, const char* name) {
   return Status::Ok();
 }
 
+bool non_overlapping(const TensorView& t) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] > 1) dims.emplace_back(t.strides[d], t.shape[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  std::int64_t covered = 1;  // span of the dimensions seen so far
+  for (const auto& [stride, size] : dims) {
+    if (stride < covered) return false;
+    covered = stride * (size - 1) + covered;
+  }
+  return true;
+}
+
+Status require_non_overlapping(const TensorView& t, const char* name) {
+  if (!non_overlapping(t))
+    return invalid(std::string(name) + " " + t.describe() +
+                   ": elements overlap (a written tensor needs distinct addresses)");
+  return Status::Ok();
+}
+
 namespace {
 
 /// A float tensor of an exact shape, last dim contiguous, on `device`.
@@ -181,12 +202,14 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
   PAGEDATTN_RETURN_IF_ERROR(
       require_float_tensor(args.out, "out", {num_tokens, num_heads, head_size}, dev, need_data));
   PAGEDATTN_RETURN_IF_ERROR(require_dtype(args.out, "out", q.dtype));
+  PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(args.out, "out"));
   if (args.lse.defined()) {
     PAGEDATTN_RETURN_IF_ERROR(require_dtype(args.lse, "lse", DType::kFloat32));
     PAGEDATTN_RETURN_IF_ERROR(require_ndim(args.lse, "lse", 2));
     PAGEDATTN_RETURN_IF_ERROR(require_shape(args.lse, "lse", 0, num_tokens));
     PAGEDATTN_RETURN_IF_ERROR(require_shape(args.lse, "lse", 1, num_heads));
     PAGEDATTN_RETURN_IF_ERROR(require_non_negative_strides(args.lse, "lse"));
+    PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(args.lse, "lse"));
     PAGEDATTN_RETURN_IF_ERROR(require_same_device(args.lse, "lse", dev));
     if (need_data) PAGEDATTN_RETURN_IF_ERROR(require_data(args.lse, "lse"));
   }
@@ -362,6 +385,8 @@ Status merge_args(const TensorView& out_a, const TensorView& lse_a, const Tensor
     PAGEDATTN_RETURN_IF_ERROR(require_float_tensor(v, name, {t, h, d}, dev, true));
     PAGEDATTN_RETURN_IF_ERROR(require_dtype(v, name, out_a.dtype));
   }
+  PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(out, "out"));
+  if (lse_out.defined()) PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(lse_out, "lse_out"));
   for (const auto& [v, name] : {std::pair<const TensorView&, const char*>{lse_a, "lse_a"},
                                 std::pair<const TensorView&, const char*>{lse_b, "lse_b"},
                                 std::pair<const TensorView&, const char*>{lse_out, "lse_out"}}) {

@@ -27,6 +27,11 @@ Status require_inner_contiguous(const TensorView& t, const char* name);
 Status require_same_device(const TensorView& t, const char* name, const Device& device);
 Status require_data(const TensorView& t, const char* name);
 Status require_contiguous(const TensorView& t, const char* name);
+/// No two indices of `t` address the same element (strides sorted ascending, each at least the
+/// span of the dimensions below it): required of every tensor a call writes, so that no two
+/// results race for one element.
+bool non_overlapping(const TensorView& t);
+Status require_non_overlapping(const TensorView& t, const char* name);
 
 // ---- attention ----
 /// Shapes, dtypes, strides and devices of every tensor in `args`, and the scalar params.

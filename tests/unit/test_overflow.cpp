@@ -62,5 +62,25 @@ TEST(Overflow, HandMadeStridesWhoseSpanOverflowsAreRejectedAndNothingIsWritten) 
   }
 }
 
+TEST(DLPackInputs, ScalarsAndNegativeSizesAreRejected) {
+  float value = 1.0f;
+  std::int64_t shape[2] = {-3, 8};
+  DLTensor dl{};
+  dl.data = &value;
+  dl.device = {kDLCPU, 0};
+  dl.dtype = {kDLFloat, 32, 1};
+  // A 0-dim tensor would otherwise become an "absent" view and switch a feature off silently.
+  dl.ndim = 0;
+  dl.shape = shape;
+  auto scalar = from_dlpack(dl);
+  ASSERT_FALSE(scalar.ok());
+  EXPECT_NE(scalar.status().message().find("ndim"), std::string::npos);
+  dl.ndim = 2;
+  auto negative = from_dlpack(dl);
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("shape[0]"), std::string::npos)
+      << negative.status().message();
+}
+
 }  // namespace
 }  // namespace pagedattn

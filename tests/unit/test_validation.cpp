@@ -746,3 +746,18 @@ TEST(CacheValidation, ParseRejectsUnknownNames) {
 
 }  // namespace
 }  // namespace pagedattn
+
+// ---- outputs whose elements overlap (a stride-0 token dimension, lse inside out): several
+// results would race for one address, so the call is rejected before it writes anything.
+namespace pagedattn {
+namespace {
+TEST_F(AttentionValidation, OutWithOverlappingRowsIsRejected) {
+  args.out = TensorView::strided(out.data(), DType::kFloat16, {T, H, D}, {0, D, 1});
+  Expect(StatusCode::kInvalidArgument, "out");
+}
+TEST_F(AttentionValidation, LseWithOverlappingRowsIsRejected) {
+  args.lse = TensorView::strided(lse.data(), DType::kFloat32, {T, H}, {1, 1});
+  Expect(StatusCode::kInvalidArgument, "lse");
+}
+}  // namespace
+}  // namespace pagedattn
