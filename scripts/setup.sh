@@ -19,6 +19,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# scripts/vendor_deps.sh needs the packages only.
+if [ "${PAGEDATTN_INSTALL_ONLY:-0}" = 1 ]; then exit 0; fi
+
 build_dir="${BUILD_DIR:-build}"
 cuda="${PAGEDATTN_CUDA:-AUTO}"
 jobs="${JOBS:-$(nproc)}"

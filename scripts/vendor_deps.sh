@@ -5,7 +5,7 @@
 # .deps/ is git-ignored; pass it to the device tool in `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh >/dev/null 2>&1 || true   # makes sure the packages are installed here
+PAGEDATTN_INSTALL_ONLY=1 bash scripts/setup.sh   # the packages whose files are copied
 rm -rf .deps && mkdir -p .deps/include
 cp -r /usr/include/CLI /usr/include/nlohmann /usr/include/fmt .deps/include/
 cp -r /usr/src/googletest .deps/googletest
