@@ -8,6 +8,7 @@
 
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
+#include "src/serving/replay.h"
 
 namespace pagedattn::cli {
 
@@ -113,15 +114,9 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
       !(*dtype == DType::kFloat32 || *dtype == DType::kFloat16 || *dtype == DType::kBFloat16))
     return invalid("--dtype " + f.dtype + ": expected fp32, fp16 or bf16");
   c.dtype = *dtype;
-  if (f.kv_dtype == "auto") {
-    c.kv_dtype = c.dtype;
-  } else if (f.kv_dtype == "fp8_e4m3") {
-    c.kv_dtype = DType::kFloat8E4M3;
-  } else if (f.kv_dtype == "fp8_e5m2") {
-    c.kv_dtype = DType::kFloat8E5M2;
-  } else {
-    return invalid("--kv-dtype " + f.kv_dtype + ": expected auto, fp8_e4m3 or fp8_e5m2");
-  }
+  auto kv = serving::parse_kv_dtype(f.kv_dtype);  // the one parser `run` uses too
+  if (!kv.ok()) return kv.status();
+  c.kv_dtype = kv->value_or(c.dtype);
   if (f.num_heads <= 0)
     return invalid("--num-heads " + std::to_string(f.num_heads) + ": expected > 0");
   if (f.num_kv_heads <= 0)
