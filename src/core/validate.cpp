@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -164,6 +163,23 @@ Status require_per_head_vector(const TensorView& t, const char* name, std::int64
   return Status::Ok();
 }
 
+/// A `[num_tokens, num_heads]` fp32 log-sum-exp tensor (attention's lse, the merge's inputs
+/// and output); `written` adds the no-overlap rule of outputs.
+Status require_lse_tensor(const TensorView& t, const char* name, std::int64_t num_tokens,
+                          std::int64_t num_heads, const Device& device, bool need_data,
+                          bool written) {
+  PAGEDATTN_RETURN_IF_ERROR(require_defined(t, name));
+  PAGEDATTN_RETURN_IF_ERROR(require_dtype(t, name, DType::kFloat32));
+  PAGEDATTN_RETURN_IF_ERROR(require_ndim(t, name, 2));
+  PAGEDATTN_RETURN_IF_ERROR(require_shape(t, name, 0, num_tokens));
+  PAGEDATTN_RETURN_IF_ERROR(require_shape(t, name, 1, num_heads));
+  PAGEDATTN_RETURN_IF_ERROR(require_non_negative_strides(t, name));
+  if (written) PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(t, name));
+  PAGEDATTN_RETURN_IF_ERROR(require_same_device(t, name, device));
+  if (need_data) PAGEDATTN_RETURN_IF_ERROR(require_data(t, name));
+  return Status::Ok();
+}
+
 std::int32_t at32(const TensorView& t, std::int64_t i) {
   return static_cast<const std::int32_t*>(t.data)[i * t.strides[0]];
 }
@@ -203,16 +219,9 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
       require_float_tensor(args.out, "out", {num_tokens, num_heads, head_size}, dev, need_data));
   PAGEDATTN_RETURN_IF_ERROR(require_dtype(args.out, "out", q.dtype));
   PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(args.out, "out"));
-  if (args.lse.defined()) {
-    PAGEDATTN_RETURN_IF_ERROR(require_dtype(args.lse, "lse", DType::kFloat32));
-    PAGEDATTN_RETURN_IF_ERROR(require_ndim(args.lse, "lse", 2));
-    PAGEDATTN_RETURN_IF_ERROR(require_shape(args.lse, "lse", 0, num_tokens));
-    PAGEDATTN_RETURN_IF_ERROR(require_shape(args.lse, "lse", 1, num_heads));
-    PAGEDATTN_RETURN_IF_ERROR(require_non_negative_strides(args.lse, "lse"));
-    PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(args.lse, "lse"));
-    PAGEDATTN_RETURN_IF_ERROR(require_same_device(args.lse, "lse", dev));
-    if (need_data) PAGEDATTN_RETURN_IF_ERROR(require_data(args.lse, "lse"));
-  }
+  if (args.lse.defined())
+    PAGEDATTN_RETURN_IF_ERROR(
+        require_lse_tensor(args.lse, "lse", num_tokens, num_heads, dev, need_data, true));
 
   PAGEDATTN_RETURN_IF_ERROR(require_int32_tensor(args.seq_lens, "seq_lens", 1, dev, need_data));
   const std::int64_t num_seqs = args.seq_lens.shape[0];
@@ -386,20 +395,10 @@ Status merge_args(const TensorView& out_a, const TensorView& lse_a, const Tensor
     PAGEDATTN_RETURN_IF_ERROR(require_dtype(v, name, out_a.dtype));
   }
   PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(out, "out"));
-  if (lse_out.defined()) PAGEDATTN_RETURN_IF_ERROR(require_non_overlapping(lse_out, "lse_out"));
-  for (const auto& [v, name] : {std::pair<const TensorView&, const char*>{lse_a, "lse_a"},
-                                std::pair<const TensorView&, const char*>{lse_b, "lse_b"},
-                                std::pair<const TensorView&, const char*>{lse_out, "lse_out"}}) {
-    if (!v.defined() && std::strcmp(name, "lse_out") == 0) continue;
-    PAGEDATTN_RETURN_IF_ERROR(require_defined(v, name));
-    PAGEDATTN_RETURN_IF_ERROR(require_ndim(v, name, 2));
-    PAGEDATTN_RETURN_IF_ERROR(require_dtype(v, name, DType::kFloat32));
-    PAGEDATTN_RETURN_IF_ERROR(require_shape(v, name, 0, t));
-    PAGEDATTN_RETURN_IF_ERROR(require_shape(v, name, 1, h));
-    PAGEDATTN_RETURN_IF_ERROR(require_non_negative_strides(v, name));
-    PAGEDATTN_RETURN_IF_ERROR(require_same_device(v, name, dev));
-    PAGEDATTN_RETURN_IF_ERROR(require_data(v, name));
-  }
+  PAGEDATTN_RETURN_IF_ERROR(require_lse_tensor(lse_a, "lse_a", t, h, dev, true, false));
+  PAGEDATTN_RETURN_IF_ERROR(require_lse_tensor(lse_b, "lse_b", t, h, dev, true, false));
+  if (lse_out.defined())
+    PAGEDATTN_RETURN_IF_ERROR(require_lse_tensor(lse_out, "lse_out", t, h, dev, true, true));
   return Status::Ok();
 }
 
