@@ -7,7 +7,9 @@
 #   MODE=bench: build the program, run `pagedattn bench` (standard + trace workloads and the
 #     sweeps, nhd; W1/W2/W5 also in the split layout), dense PyTorch SDPA on the same shapes
 #     (bench/sdpa_compare.py) and the joined table + bandwidth plot (bench/report.py);
-#   MODE=all: both (needs a warm build to fit in 10 minutes).
+#   MODE=all: both (needs a warm build to fit in 10 minutes);
+#   MODE=quick: a kernel-development loop: build, the GPU test suite (no sanitizers) and the
+#     standard decode workloads (nhd; W1/W2/W5 split), about two minutes.
 #
 #   bash scripts/gpu_check.sh            # from the repository root
 #   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
@@ -84,7 +86,27 @@ UNIT="$BUILD/tests/pagedattn_unit_tests"
 CLI="$BUILD/pagedattn"
 SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 
-if (( build_rc == 0 )) && [ "$MODE" != bench ]; then
+if (( build_rc == 0 )) && [ "$MODE" = quick ]; then
+  t0=$(date +%s)
+  # The three slowest cases (oracle time on the host: 131072-token sequences, a 2^31-element
+  # cache) wait for the full check.
+  run_limited 240 100 "$TESTS" \
+    --gtest_filter='-Sanitize*:CudaHeavy.LongSequence131072DecodeAndPrefillChunk:*idx2e31*:*len131072*' \
+    > "$LOG/tests.log" 2>&1
+  rc=$?; t1=$(date +%s)
+  record cuda_tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/tests.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+  grep -E '^\[  FAILED  \]' "$LOG/tests.log" | head -20
+  t0=$(date +%s)
+  run_limited 90 10 "$CLI" bench --workloads standard --json "$OUT/bench.json" > "$LOG/bench.log" 2>&1
+  brc=$?
+  run_limited 60 5 "$CLI" bench --layout split --workloads W1,W2,W5 --json "$OUT/bench_split.json" \
+    >> "$LOG/bench.log" 2>&1 || brc=$?
+  t1=$(date +%s)
+  record bench "$([ $brc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $brc"
+  cat "$LOG/bench.log"
+fi
+
+if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
   # ---------------------------------------------------------------- host index emulation
   t0=$(date +%s)
   run_limited 60 150 "$UNIT" --gtest_filter='CudaIndexing*' > "$LOG/unit.log" 2>&1
@@ -140,7 +162,7 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ]; then
   record run_cuda "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $rc"
 fi
 
-if (( build_rc == 0 )) && [ "$MODE" != check ]; then
+if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ]; then
   # ---------------------------------------------------------------- benchmark
   t0=$(date +%s)
   run_limited 150 90 "$CLI" bench --workloads standard,trace --sweep --json "$OUT/bench.json" \

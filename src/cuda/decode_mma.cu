@@ -19,7 +19,7 @@ namespace {
 using namespace mma;
 
 constexpr int kMaxDecodeSplits = 512;
-constexpr int kMinChunkTokens = 128;
+constexpr int kMinChunkTokens = 64;
 /// CTA-slot "waves" the split choice aims at: enough small CTAs that the hardware scheduler
 /// evens out unequal sequence lengths, few enough that the merge stays negligible.
 constexpr int kWaves = 8;
@@ -52,6 +52,8 @@ struct DecodeParams {
   const float* sinks;
   std::int64_t sinks_stride;
   int chunk, max_splits;
+  int num_seqs;
+  int work_list;  // 1: CTAs stride over a numbered list of (sequence, split) items
   float* part_o;
   float* part_lse;
 };
@@ -70,353 +72,459 @@ __device__ __forceinline__ bool split_range(const DecodeParams& p, int len, int 
   return *valid_lo < *end;
 }
 
-template <class T, int HEAD, bool SPLIT_K, bool SPLIT_V, int STAGES>
+/// Splits of sequence `s` (0 when it is not a decode row or has no keys); the same cut as
+/// split_range.
+__device__ __forceinline__ int seq_splits(const DecodeParams& p, int s) {
+  const int q0 = p.qsl[s * p.qsl_stride];
+  if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return 0;
+  const int len = p.seq_lens[s * p.sl_stride];
+  if (len <= 0) return 0;
+  const int lo = p.window > 0 ? max(0, len - p.window) : 0;
+  return (len - (lo & ~(kDecodeTileTokens - 1)) + p.chunk - 1) / p.chunk;
+}
+
+/// Work-list mode handles up to 32 lanes x kListPerLane sequences.
+constexpr int kListPerLane = 8;
+
+// Orientation: the MMAs compute S^T = K Q^T and O^T += V^T P^T, so the 16 MMA rows are 16
+// tokens and the 8 MMA columns are query heads of the GQA group (NT = 1 for groups of up to 8,
+// 2 for up to 16). Against "heads in the 16 rows" this halves the MMAs, exponentials and
+// accumulator registers of a typical group of 4-8 heads. P^T reaches the second MMA through
+// movmatrix (an 8x8 transpose in registers) instead of shared memory.
+template <class T, int HEAD, bool SPLIT, int NT, int STAGES>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_mma_kernel(const DecodeParams p) {
   constexpr int TOK = kDecodeTileTokens;
   constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
   constexpr int TILE = TOK * HEAD;
   constexpr int KSTEPS = HEAD / 16;
-  constexpr int DT = HEAD / 8;  // n-tiles of the output
+  constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
+  constexpr int NH = 8 * NT;     // query-head columns
+  constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int s_work[2];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + 16 * HEAD;
+  T* sK = sQ + NH * HEAD;
   T* sV = sK + STAGES * TILE;
 
-  const int split = blockIdx.x, g = blockIdx.y, s = blockIdx.z;
-  const int q0 = p.qsl[s * p.qsl_stride];
-  if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return;  // skipped or not a decode
-  const int len = p.seq_lens[s * p.sl_stride];
-  int start, valid_lo, end, nsplit;
-  if (!split_range(p, len, split, &start, &valid_lo, &end, &nsplit)) return;
-  const int q_pos = len - 1;
+  const int g = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int* bt = p.block_table + static_cast<std::int64_t>(s) * p.bt_seq;
   const int bs = p.block_size;
   const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
   const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
 
-  // Query rows of the GQA group (rows >= gqa are zero and never written back).
-  for (int i = tid; i < 16 * CH; i += kDecodeThreads) {
-    const int r = i / CH, c = i % CH;
-    const bool ok = r < p.gqa;
-    const T* src = static_cast<const T*>(p.q);
-    if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
-                   static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + c * 8;
-    cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
-  }
-  cp_async_commit();
-
-  // Per-thread token rows of a tile are fixed by the thread index (128 is a multiple of both
-  // 64 and the chunks per row), so the block-table entries a thread needs for tile n+1 are
-  // fetched into registers while tile n computes: the cp.async issue never waits on a
-  // block-table load (a serialised global-memory round trip per row otherwise).
-  constexpr int NK = SPLIT_K ? 1 : TOK * CH / kDecodeThreads;  // key rows per thread
-  constexpr int KREP = TOK * CH / kDecodeThreads;              // 16-byte key copies per thread
-  int kid[NK], koff[NK];  // physical block (-1 = masked) and in-block offset of each row
-  int vid = -1, voff = 0; // split values: the thread's 8-token chunk
-  auto fetch_ids = [&](int tile) {
-    const int t0 = start + tile * TOK;
-    if constexpr (SPLIT_K) {
-      const int t = t0 + tid % TOK;
-      const bool ok = t >= valid_lo && t < end;
-      kid[0] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
-      koff[0] = ok ? t % bs : 0;
-    } else {
-      // Rows t_first + k * STEP: one division per tile, then walk the block index (integer
-      // division costs tens of instructions, and this runs for every tile).
-      constexpr int STEP = kDecodeThreads / CH;
-      const int t_first = t0 + tid / CH;
-      int q = t_first / bs, o = t_first - q * bs;
+  // Work-list mode (skewed batches): the (sequence, split) items of all sequences are numbered
+  // in order and the CTAs of one KV head stride over them, so no CTA is launched for a split a
+  // short sequence does not have. Warp 0 keeps each lane's sequences' split counts.
+  int cnt[kListPerLane];
+  int lane_first = 0, lane_items = 0, total_items = 0, per_lane = 0;
+  if (p.work_list && warp == 0) {
+    per_lane = (p.num_seqs + 31) >> 5;
 #pragma unroll
-      for (int k = 0; k < NK; ++k) {
-        const int t = t_first + k * STEP;
-        const bool ok = t >= valid_lo && t < end;
-        kid[k] = ok ? bt[static_cast<std::int64_t>(q) * p.bt_blk] : -1;
-        koff[k] = o;
-        o += STEP;
-        if (bs >= STEP) {
-          if (o >= bs) {
-            o -= bs;
-            ++q;
+    for (int i = 0; i < kListPerLane; ++i) {
+      const int s = lane * per_lane + i;
+      cnt[i] = (i < per_lane && s < p.num_seqs) ? seq_splits(p, s) : 0;
+      lane_items += cnt[i];
+    }
+    int x = lane_items;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    lane_first = x - lane_items;
+    total_items = __shfl_sync(0xffffffffu, x, 31);
+  }
+
+  for (int item = blockIdx.x;; item += gridDim.x) {
+    int s, split;
+    if (p.work_list) {
+      if (warp == 0) {
+        if (item >= lane_first && item < lane_first + lane_items) {
+          int r = item - lane_first, found = -1, fsplit = 0;
+#pragma unroll
+          for (int i = 0; i < kListPerLane; ++i) {
+            if (found < 0 && r < cnt[i]) {
+              found = lane * per_lane + i;
+              fsplit = r;
+            }
+            r -= cnt[i];
           }
-        } else {
-          q += o / bs;
-          o %= bs;
+          s_work[0] = found;
+          s_work[1] = fsplit;
+        }
+        if (lane == 0 && item >= total_items) s_work[0] = -1;
+      }
+      __syncthreads();
+      s = s_work[0];
+      split = s_work[1];
+      if (s < 0) break;
+    } else {
+      if (item != static_cast<int>(blockIdx.x)) break;  // one item per CTA
+      s = blockIdx.z;
+      split = blockIdx.x;
+    }
+    const int q0 = p.qsl[s * p.qsl_stride];
+    const int len = p.seq_lens[s * p.sl_stride];
+    int start, valid_lo, end, nsplit;
+    if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1 ||
+        !split_range(p, len, split, &start, &valid_lo, &end, &nsplit)) {
+      __syncthreads();  // s_work is rewritten for the next item
+      continue;
+    }
+    const int q_pos = len - 1;
+    const int* bt = p.block_table + static_cast<std::int64_t>(s) * p.bt_seq;
+
+    // Query rows of the GQA group (rows >= gqa are zero and never written back).
+    for (int i = tid; i < NH * CH; i += kDecodeThreads) {
+      const int r = i / CH, c = i % CH;
+      const bool ok = r < p.gqa;
+      const T* src = static_cast<const T*>(p.q);
+      if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
+                     static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + c * 8;
+      cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
+    }
+    cp_async_commit();
+
+    // Per-thread token rows of a tile are fixed by the thread index (128 is a multiple of both
+    // 64 and the chunks per row), so the block-table entries a thread needs for tile n+1 are
+    // fetched into registers while tile n computes: the cp.async issue never waits on a
+    // block-table load (a serialised global-memory round trip per row otherwise).
+    constexpr int NK = SPLIT ? 1 : TOK * CH / kDecodeThreads;  // key rows per thread
+    constexpr int KREP = TOK * CH / kDecodeThreads;            // 16-byte key copies per thread
+    int kid[NK], koff[NK];  // physical block (-1 = masked) and in-block offset of each row
+    int vid = -1, voff = 0; // split values: the thread's 8-token chunk
+    auto fetch_ids = [&](int tile) {
+      const int t0 = start + tile * TOK;
+      if constexpr (SPLIT) {
+        const int t = t0 + tid % TOK;
+        const bool ok = t >= valid_lo && t < end;
+        kid[0] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
+        koff[0] = ok ? t % bs : 0;
+        const int tt = t0 + (tid % (TOK / 8)) * 8;
+        const bool any = tt + 8 > valid_lo && tt < end;
+        vid = any ? bt[static_cast<std::int64_t>(tt / bs) * p.bt_blk] : -1;
+        voff = any ? tt % bs : 0;
+      } else {
+        // Rows t_first + k * STEP: one division per tile, then walk the block index (integer
+        // division costs tens of instructions, and this runs for every tile).
+        constexpr int STEP = kDecodeThreads / CH;
+        const int t_first = t0 + tid / CH;
+        int q = t_first / bs, o = t_first - q * bs;
+#pragma unroll
+        for (int k = 0; k < NK; ++k) {
+          const int t = t_first + k * STEP;
+          const bool ok = t >= valid_lo && t < end;
+          kid[k] = ok ? bt[static_cast<std::int64_t>(q) * p.bt_blk] : -1;
+          koff[k] = o;
+          o += STEP;
+          if (bs >= STEP) {
+            if (o >= bs) {
+              o -= bs;
+              ++q;
+            }
+          } else {
+            q += o / bs;
+            o %= bs;
+          }
         }
       }
-    }
-    if constexpr (SPLIT_V) {
-      const int tt = t0 + (tid % (TOK / 8)) * 8;
-      const bool any = tt + 8 > valid_lo && tt < end;
-      vid = any ? bt[static_cast<std::int64_t>(tt / bs) * p.bt_blk] : -1;
-      voff = any ? tt % bs : 0;
-    }
-  };
-  auto issue_tile = [&](int tile, int stage) {
-    const int t0 = start + tile * TOK;
-    T* dk = sK + stage * TILE;
-    T* dv = sV + stage * TILE;
-#pragma unroll
-    for (int k = 0; k < KREP; ++k) {
-      // split keys: neighbouring threads take neighbouring tokens of one chunk (contiguous
-      // 16-byte pieces in that layout); nhd/hnd: neighbouring chunks of one token row.
-      const int r = SPLIT_K ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
-      const int c = SPLIT_K ? tid / TOK + k * (kDecodeThreads / TOK) : tid % CH;
-      const int slot = SPLIT_K ? 0 : k;
-      const bool ok = kid[slot] >= 0;
-      const T* src = ok ? kbase + static_cast<std::int64_t>(kid[slot]) * p.k_blk +
-                              static_cast<std::int64_t>(koff[slot]) * p.k_tok +
-                              static_cast<std::int64_t>(c) * p.k_chunk
-                        : kbase;
-      cp_async16(smem_addr(dk + swz(r, c, HEAD)), src, ok ? 16 : 0);
-    }
-    if constexpr (SPLIT_V) {
-      // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
-      // dim, inside one block because block_size % 8 == 0. Bytes at or past seq_len are
-      // zero-filled (the tail of the last block may hold anything, NaN included); tokens
-      // before the window inside a loaded chunk are finite data of this sequence, and their
-      // probability is exactly 0.
-      const int j = tid % (TOK / 8);
-      const int tt = t0 + j * 8;
-      const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
-#pragma unroll
-      for (int k = 0; k < HEAD * (TOK / 8) / kDecodeThreads; ++k) {
-        const int d = tid / (TOK / 8) + k * (kDecodeThreads / (TOK / 8));
-        const T* src = vid >= 0 ? vbase + static_cast<std::int64_t>(vid) * p.v_blk +
-                                      static_cast<std::int64_t>(d) * p.v_dim + voff
-                                : vbase;
-        cp_async16(smem_addr(dv + swz(d, j, TOK)), src, bytes);
-      }
-    } else {
+    };
+    auto issue_tile = [&](int tile, int stage) {
+      const int t0 = start + tile * TOK;
+      T* dk = sK + stage * TILE;
+      T* dv = sV + stage * TILE;
 #pragma unroll
       for (int k = 0; k < KREP; ++k) {
-        const int r = tid / CH + k * (kDecodeThreads / CH);
-        const int c = tid % CH;
-        const bool ok = kid[k] >= 0;
-        const T* src = ok ? vbase + static_cast<std::int64_t>(kid[k]) * p.v_blk +
-                                static_cast<std::int64_t>(koff[k]) * p.v_tok +
-                                static_cast<std::int64_t>(c) * p.v_chunk
-                          : vbase;
-        cp_async16(smem_addr(dv + swz(r, c, HEAD)), src, ok ? 16 : 0);
+        // split keys: neighbouring threads take neighbouring tokens of one chunk (contiguous
+        // 16-byte pieces in that layout); nhd/hnd: neighbouring chunks of one token row.
+        const int r = SPLIT ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
+        const int c = SPLIT ? tid / TOK + k * (kDecodeThreads / TOK) : tid % CH;
+        const int slot = SPLIT ? 0 : k;
+        const bool ok = kid[slot] >= 0;
+        const T* src = ok ? kbase + static_cast<std::int64_t>(kid[slot]) * p.k_blk +
+                                static_cast<std::int64_t>(koff[slot]) * p.k_tok +
+                                static_cast<std::int64_t>(c) * p.k_chunk
+                          : kbase;
+        cp_async16(smem_addr(dk + swz(r, c, HEAD)), src, ok ? 16 : 0);
       }
-    }
-  };
-
-  const int ntiles = (end - start + TOK - 1) / TOK;
+      if constexpr (SPLIT) {
+        // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
+        // dim, inside one block because block_size % 8 == 0. Bytes at or past seq_len are
+        // zero-filled (the tail of the last block may hold anything, NaN included); tokens
+        // before the window inside a loaded chunk are finite data of this sequence, and their
+        // probability is exactly 0.
+        const int j = tid % (TOK / 8);
+        const int tt = t0 + j * 8;
+        const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    fetch_ids(st);
-    issue_tile(st, st);
-    cp_async_commit();
-  }
-  fetch_ids(STAGES - 1);
-  cp_async_wait<STAGES - 1>();  // the query group
-  __syncthreads();
-
-  unsigned qf[KSTEPS][4];
-  {
-    const int r = (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks)
-      ldmatrix_x4(qf[ks], smem_addr(sQ + swz(r, ks * 2 + (lane >> 4), HEAD)));
-  }
-
-  // Rows of this thread in the MMA fragments: lane/4 and lane/4 + 8.
-  const int row0 = lane >> 2;
-  float slope[2] = {0.f, 0.f};
-  if (p.alibi != nullptr) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = row0 + h * 8;
-      if (r < p.gqa) slope[h] = p.alibi[static_cast<std::int64_t>(g * p.gqa + r) * p.alibi_stride];
-    }
-  }
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.f, 0.f};
-  float o[DT][4];
-#pragma unroll
-  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-
-  for (int it = 0; it < ntiles; ++it) {
-    cp_async_wait<STAGES - 2>();
-    __syncthreads();
-    {
-      // Tiles past the end have every row masked: their copies read nothing.
-      const int nt = it + STAGES - 1;
-      if (nt < ntiles) issue_tile(nt, nt % STAGES);
-      cp_async_commit();
-      if (nt + 1 < ntiles) fetch_ids(nt + 1);
-    }
-    const int stage = it % STAGES;
-    const T* K = sK + stage * TILE;
-    const T* V = sV + stage * TILE;
-    const int tw = start + it * TOK + warp * 16;  // first token of this warp's 16
-    if (tw + 16 <= valid_lo || tw >= end) continue;
-
-    float sc[2][4];
-#pragma unroll
-    for (int n = 0; n < 2; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
-    {
-      const int r = warp * 16 + (lane & 7) + (lane >> 4) * 8;
-      const int cb = (lane >> 3) & 1;
-#pragma unroll
-      for (int ks = 0; ks < KSTEPS; ++ks) {
-        unsigned b[4];
-        ldmatrix_x4(b, smem_addr(K + swz(r, ks * 2 + cb, HEAD)));
-        mma16816<T>(sc[0], qf[ks], b[0], b[1]);
-        mma16816<T>(sc[1], qf[ks], b[2], b[3]);
-      }
-    }
-
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const int j = tw + n * 8 + 2 * (lane & 3) + (e & 1);
-        float z = sc[n][e] * p.scale;
-        if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-        z += slope[h] * static_cast<float>(j - q_pos);
-        if (j < valid_lo || j >= end) z = -INFINITY;
-        sc[n][e] = z;
-        mx[h] = fmaxf(mx[h], z);
-      }
-    }
-    float corr[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-      const float m_new = fmaxf(m_run[h], mx[h]);
-      // Guard the all-masked case: exp(-inf - -inf) would be NaN.
-      corr[h] = m_new == -INFINITY ? 1.f : __expf(m_run[h] - m_new);
-      m_run[h] = m_new;
-    }
-    float ps[2] = {0.f, 0.f};
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int h = e >> 1;
-        const float pv = m_run[h] == -INFINITY ? 0.f : __expf(sc[n][e] - m_run[h]);
-        sc[n][e] = pv;
-        ps[h] += pv;
-      }
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + ps[h];
-#pragma unroll
-    for (int i = 0; i < DT; ++i) {
-      o[i][0] *= corr[0];
-      o[i][1] *= corr[0];
-      o[i][2] *= corr[1];
-      o[i][3] *= corr[1];
-    }
-    unsigned a[4];
-    a[0] = pack2<T>(sc[0][0], sc[0][1]);
-    a[1] = pack2<T>(sc[0][2], sc[0][3]);
-    a[2] = pack2<T>(sc[1][0], sc[1][1]);
-    a[3] = pack2<T>(sc[1][2], sc[1][3]);
-#pragma unroll
-    for (int dt = 0; dt < HEAD / 16; ++dt) {
-      unsigned b[4];
-      const int m = lane >> 3;
-      if constexpr (SPLIT_V) {
-        const int d = dt * 16 + (lane & 7) + (m >> 1) * 8;
-        ldmatrix_x4(b, smem_addr(V + swz(d, warp * 2 + (m & 1), TOK)));
+        for (int k = 0; k < HEAD * (TOK / 8) / kDecodeThreads; ++k) {
+          const int d = tid / (TOK / 8) + k * (kDecodeThreads / (TOK / 8));
+          const T* src = vid >= 0 ? vbase + static_cast<std::int64_t>(vid) * p.v_blk +
+                                        static_cast<std::int64_t>(d) * p.v_dim + voff
+                                  : vbase;
+          cp_async16(smem_addr(dv + swz(d, j, TOK)), src, bytes);
+        }
       } else {
-        const int r = warp * 16 + (lane & 7) + (m & 1) * 8;
-        ldmatrix_x4_trans(b, smem_addr(V + swz(r, dt * 2 + (m >> 1), HEAD)));
+#pragma unroll
+        for (int k = 0; k < KREP; ++k) {
+          const int r = tid / CH + k * (kDecodeThreads / CH);
+          const int c = tid % CH;
+          const bool ok = kid[k] >= 0;
+          const T* src = ok ? vbase + static_cast<std::int64_t>(kid[k]) * p.v_blk +
+                                  static_cast<std::int64_t>(koff[k]) * p.v_tok +
+                                  static_cast<std::int64_t>(c) * p.v_chunk
+                            : vbase;
+          cp_async16(smem_addr(dv + swz(r, c, HEAD)), src, ok ? 16 : 0);
+        }
       }
-      mma16816<T>(o[dt * 2], a, b[0], b[1]);
-      mma16816<T>(o[dt * 2 + 1], a, b[2], b[3]);
-    }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
+    };
 
-  // Merge the four warps' states (fixed order: deterministic).
-  float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][16]
-  float* red_l = red_m + 64;                          // [4][16]
-  float* fin = red_l + 64;                            // [2][16]: M, L per row
-  float* so = fin + 32;                               // [4][16][HEAD]
+    const int ntiles = (end - start + TOK - 1) / TOK;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    if ((lane & 3) == 0) {
-      red_m[warp * 16 + row0 + h * 8] = m_run[h];
-      red_l[warp * 16 + row0 + h * 8] = l_run[h];
+    for (int st = 0; st < STAGES - 1; ++st) {
+      fetch_ids(st);
+      issue_tile(st, st);
+      cp_async_commit();
     }
-  }
-  __syncthreads();
-  float f[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = row0 + h * 8;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * 16 + r]);
-    f[h] = m_run[h] == -INFINITY ? 0.f : __expf(m_run[h] - M);
-    if (warp == 0 && (lane & 3) == 0) {
-      float L = 0.f;
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float mw = red_m[w * 16 + r];
-        if (mw != -INFINITY) L += red_l[w * 16 + r] * __expf(mw - M);
-      }
-      fin[r] = M;
-      fin[16 + r] = L;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < DT; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = row0 + (e >> 1) * 8;
-      const int d = i * 8 + 2 * (lane & 3) + (e & 1);
-      so[(warp * 16 + r) * HEAD + d] = o[i][e] * f[e >> 1];
-    }
-  }
-  __syncthreads();
+    fetch_ids(STAGES - 1);
+    cp_async_wait<STAGES - 1>();  // the query group
+    __syncthreads();
 
-  const bool single = nsplit == 1;
-  const std::int64_t part_row =
-      (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;
-  for (int i = tid; i < p.gqa * HEAD; i += kDecodeThreads) {
-    const int r = i / HEAD, d = i % HEAD;
-    const int h = g * p.gqa + r;
-    float acc = 0.f;
+    // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
+    // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+    unsigned qf[NT][KSTEPS / 2][4];
 #pragma unroll
-    for (int w = 0; w < 4; ++w) acc += so[(w * 16 + r) * HEAD + d];
-    float M = fin[r], L = fin[16 + r];
-    if (single) {
-      if (p.sinks != nullptr) {
-        const float sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
-        const float M2 = fmaxf(M, sk);
-        acc *= __expf(M - M2);
-        L = L * __expf(M - M2) + __expf(sk - M2);
-        M = M2;
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < KSTEPS / 2; ++j)
+        ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+
+    // Columns of this thread in the fragments: heads nt*8 + 2*(lane%4) + b.
+    float slope[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int r = nt * 8 + 2 * (lane & 3) + b;
+        slope[nt][b] = (p.alibi != nullptr && r < p.gqa)
+                           ? p.alibi[static_cast<std::int64_t>(g * p.gqa + r) * p.alibi_stride]
+                           : 0.f;
       }
-      T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
-               static_cast<std::int64_t>(h) * p.o_head;
-      out[d] = float_to_elem<T>(acc / L);
-      if (d == 0 && p.lse != nullptr)
-        p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-            M + __logf(L);
-    } else {
-      p.part_o[(part_row + h) * HEAD + d] = acc / L;
-      if (d == 0) p.part_lse[part_row + h] = M + __logf(L);
+    float m_run[NT][2], l_run[NT][2];
+    float o[DT][NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      m_run[nt][0] = m_run[nt][1] = -INFINITY;
+      l_run[nt][0] = l_run[nt][1] = 0.f;
+#pragma unroll
+      for (int i = 0; i < DT; ++i) o[i][nt][0] = o[i][nt][1] = o[i][nt][2] = o[i][nt][3] = 0.f;
     }
+
+    for (int it = 0; it < ntiles; ++it) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      {
+        // Tiles past the end have every row masked: their copies read nothing.
+        const int nt = it + STAGES - 1;
+        if (nt < ntiles) issue_tile(nt, nt % STAGES);
+        cp_async_commit();
+        if (nt + 1 < ntiles) fetch_ids(nt + 1);
+      }
+      const int stage = it % STAGES;
+      const T* K = sK + stage * TILE;
+      const T* V = sV + stage * TILE;
+      const int tw = start + it * TOK + warp * 16;  // first token of this warp's 16
+      if (tw + 16 <= valid_lo || tw >= end) continue;
+
+      // S^T (16 tokens x NH heads); two accumulators halve the dependent MMA chain.
+      float sc[NT][4], sc2[NT][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
+      {
+        const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ++ks) {
+          unsigned a[4];
+          ldmatrix_x4(a, smem_addr(K + swz(r, ks * 2 + (lane >> 4), HEAD)));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
+            const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
+            if (ks & 1) mma16816<T>(sc2[nt], a, b0, b1);
+            else mma16816<T>(sc[nt], a, b0, b1);
+          }
+        }
+      }
+
+      // Element e of a fragment: token tw + lane/4 + 8*(e/2), head column 2*(lane%4) + e%2.
+      float mx[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mx[nt][0] = mx[nt][1] = -INFINITY;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int b = e & 1;
+          const int j = tw + (lane >> 2) + (e >> 1) * 8;
+          float z = (sc[nt][e] + sc2[nt][e]) * p.scale;
+          if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
+          z += slope[nt][b] * static_cast<float>(j - q_pos);
+          if (j < valid_lo || j >= end) z = -INFINITY;
+          sc[nt][e] = z;
+          mx[nt][b] = fmaxf(mx[nt][b], z);
+        }
+      }
+      float corr[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          float m = mx[nt][b];
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+          const float m_new = fmaxf(m_run[nt][b], m);
+          // Guard the all-masked case: exp(-inf - -inf) would be NaN.
+          corr[nt][b] = m_new == -INFINITY ? 1.f : __expf(m_run[nt][b] - m_new);
+          m_run[nt][b] = m_new;
+        }
+      unsigned pb[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float m = m_run[nt][e & 1];
+          pv[e] = m == -INFINITY ? 0.f : __expf(sc[nt][e] - m);
+        }
+        l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
+        l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
+        // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
+        pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
+        pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+          o[i][nt][0] *= corr[nt][0];
+          o[i][nt][1] *= corr[nt][1];
+          o[i][nt][2] *= corr[nt][0];
+          o[i][nt][3] *= corr[nt][1];
+        }
+      }
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        // A fragment of V^T (16 dims x 16 tokens).
+        unsigned a[4];
+        if constexpr (SPLIT) {
+          const int d = dt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(a, smem_addr(V + swz(d, warp * 2 + (lane >> 4), TOK)));
+        } else {
+          const int r = warp * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
+          ldmatrix_x4_trans(a, smem_addr(V + swz(r, dt * 2 + ((lane >> 3) & 1), HEAD)));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // Merge the four warps' states (fixed order: deterministic).
+    float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
+    float* red_l = red_m + 4 * NH;                      // [4][NH]
+    float* fin = red_l + 4 * NH;                        // [2][NH]: M, L per head
+    float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        float l = l_run[nt][b];
+        l += __shfl_xor_sync(0xffffffffu, l, 4);
+        l += __shfl_xor_sync(0xffffffffu, l, 8);
+        l += __shfl_xor_sync(0xffffffffu, l, 16);
+        if (lane < 4) {
+          const int h = nt * 8 + 2 * lane + b;
+          red_m[warp * NH + h] = m_run[nt][b];
+          red_l[warp * NH + h] = l;
+        }
+      }
+    __syncthreads();
+    float f[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int h = nt * 8 + 2 * (lane & 3) + b;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
+        f[nt][b] = m_run[nt][b] == -INFINITY ? 0.f : __expf(m_run[nt][b] - M);
+        if (warp == 0 && lane < 4) {
+          float L = 0.f;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            const float mw = red_m[w * NH + h];
+            if (mw != -INFINITY) L += red_l[w * NH + h] * __expf(mw - M);
+          }
+          fin[h] = M;
+          fin[NH + h] = L;
+        }
+      }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int d = dt * 16 + (lane >> 2) + (e >> 1) * 8;
+          so[(warp * NH + h) * SO_PITCH + d] = o[dt][nt][e] * f[nt][e & 1];
+        }
+    __syncthreads();
+
+    const bool single = nsplit == 1;
+    const std::int64_t part_row =
+        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;
+    for (int i = tid; i < p.gqa * HEAD; i += kDecodeThreads) {
+      const int r = i / HEAD, d = i % HEAD;
+      const int h = g * p.gqa + r;
+      float acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + d];
+      float M = fin[r], L = fin[NH + r];
+      if (single) {
+        if (p.sinks != nullptr) {
+          const float sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+          const float M2 = fmaxf(M, sk);
+          acc *= __expf(M - M2);
+          L = L * __expf(M - M2) + __expf(sk - M2);
+          M = M2;
+        }
+        T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
+                 static_cast<std::int64_t>(h) * p.o_head;
+        out[d] = float_to_elem<T>(acc / L);
+        if (d == 0 && p.lse != nullptr)
+          p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
+              M + __logf(L);
+      } else {
+        p.part_o[(part_row + h) * HEAD + d] = acc / L;
+        if (d == 0) p.part_lse[part_row + h] = M + __logf(L);
+      }
+    }
+    __syncthreads();  // the next item reuses shared memory and s_work
   }
 }
 
 /// Combine the splits of each (decode sequence, query head): a fixed-order log-sum-exp merge
-/// (deterministic), adding the sink once.
+/// (deterministic), adding the sink once. Warp 0 turns the split LSEs into weights in shared
+/// memory with all loads of a lane in flight together; then each thread sums its head dim over
+/// the splits (independent loads, unrolled), so the merge costs two memory round trips rather
+/// than two per split.
 template <class T, int HEAD>
 __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p) {
+  __shared__ float weight[kMaxDecodeSplits];
+  __shared__ float total[2];
   const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
   const int q0 = p.qsl[s * p.qsl_stride];
   if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return;
@@ -425,56 +533,77 @@ __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p
   split_range(p, len, 0, &start, &valid_lo, &end, &nsplit);
   if (nsplit <= 1) return;  // the split kernel wrote the output itself
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
-  float M = -INFINITY;
-  for (int i = 0; i < nsplit; ++i) M = fmaxf(M, p.part_lse[base + static_cast<std::int64_t>(i) * p.num_heads]);
-  float sk = -INFINITY;
-  if (p.sinks != nullptr) {
-    sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
-    M = fmaxf(M, sk);
+  if (d < 32) {
+    float M = -INFINITY;
+    for (int i = d; i < nsplit; i += 32)
+      M = fmaxf(M, p.part_lse[base + static_cast<std::int64_t>(i) * p.num_heads]);
+    M = warp_max(M);
+    float sk = -INFINITY;
+    if (p.sinks != nullptr) {
+      sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+      M = fmaxf(M, sk);
+    }
+    float den = 0.f;
+    for (int i = d; i < nsplit; i += 32) {
+      const float l = p.part_lse[base + static_cast<std::int64_t>(i) * p.num_heads];
+      const float w = l == -INFINITY ? 0.f : __expf(l - M);
+      weight[i] = w;
+      den += w;
+    }
+    den = warp_sum(den);
+    if (d == 0) {
+      total[0] = M;
+      total[1] = den + (sk == -INFINITY ? 0.f : __expf(sk - M));
+    }
   }
-  float den = sk == -INFINITY ? 0.f : __expf(sk - M);
+  __syncthreads();
   float acc = 0.f;
-  for (int i = 0; i < nsplit; ++i) {
-    const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
-    const float w = __expf(p.part_lse[row] - M);
-    den += w;
-    acc += w * p.part_o[row * HEAD + d];
-  }
+#pragma unroll 8
+  for (int i = 0; i < nsplit; ++i)
+    acc += weight[i] * p.part_o[(base + static_cast<std::int64_t>(i) * p.num_heads) * HEAD + d];
+  const float den = total[1];
   T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
            static_cast<std::int64_t>(h) * p.o_head;
   out[d] = float_to_elem<T>(acc / den);
   if (d == 0 && p.lse != nullptr)
     p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-        M + __logf(den);
+        total[0] + __logf(den);
 }
 
-template <class T, int HEAD, bool SPLIT_K, bool SPLIT_V>
-Status launch(const DecodeParams& p, int num_splits, int num_kv_heads, int num_seqs,
-              cudaStream_t stream) {
+/// Launch geometry of one call.
+struct DecodeGrid {
+  int num_splits, num_kv_heads, num_seqs;
+  int list_ctas;  // > 0: work-list mode with this many CTAs per KV head
+};
+
+template <class T, int HEAD, bool SPLIT, int NT>
+Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
   constexpr int STAGES = HEAD <= 64 ? 4 : 3;
   static_assert(STAGES == (HEAD <= 64 ? 4 : 3), "keep in sync with decode_mma_stages");
-  auto kernel = decode_mma_kernel<T, HEAD, SPLIT_K, SPLIT_V, STAGES>;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES>;
   const int smem = static_cast<int>(decode_mma_smem_bytes(HEAD));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                  "decode_mma: cudaFuncSetAttribute");
-  const dim3 grid(num_splits, num_kv_heads, num_seqs);
+  const dim3 grid = gr.list_ctas > 0 ? dim3(gr.list_ctas, gr.num_kv_heads, 1)
+                                     : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
-  if (num_splits > 1) {
-    decode_merge_kernel<T, HEAD><<<dim3(p.num_heads, num_seqs), HEAD, 0, stream>>>(p);
+  if (gr.num_splits > 1) {
+    decode_merge_kernel<T, HEAD><<<dim3(p.num_heads, gr.num_seqs), HEAD, 0, stream>>>(p);
     PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: merge launch");
   }
   return Status::Ok();
 }
 
 template <class T, int HEAD>
-Status launch_layout(const DecodeParams& p, KVLayout layout, int num_splits, int num_kv_heads,
-                     int num_seqs, cudaStream_t stream) {
+Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
+                     cudaStream_t stream) {
+  const bool wide = p.gqa > 8;
   if (layout == KVLayout::kSplit)
-    return launch<T, HEAD, true, true>(p, num_splits, num_kv_heads, num_seqs, stream);
-  return launch<T, HEAD, false, false>(p, num_splits, num_kv_heads, num_seqs, stream);
+    return wide ? launch<T, HEAD, true, 2>(p, gr, stream) : launch<T, HEAD, true, 1>(p, gr, stream);
+  return wide ? launch<T, HEAD, false, 2>(p, gr, stream) : launch<T, HEAD, false, 1>(p, gr, stream);
 }
 
 bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
@@ -636,12 +765,27 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0};
+  p.num_seqs = num_seqs;
+  // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
+  // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
+  // of them), and each costs a scheduling slot.
+  if (num_splits >= 8 && num_seqs <= 32 * kListPerLane) {
+    int sms = 0;
+    PA_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                          args.query.device.index),
+                   "decode_mma: cudaDeviceGetAttribute(SM count)");
+    const std::int64_t items = static_cast<std::int64_t>(num_seqs) * num_splits;
+    const std::int64_t ctas = (std::int64_t{sms} * 2 * kWaves + num_kv_heads - 1) / num_kv_heads;
+    gr.list_ctas = static_cast<int>(std::max<std::int64_t>(1, std::min(items, ctas)));
+    p.work_list = 1;
+  }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)
-    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, c.layout, num_splits, num_kv_heads, num_seqs, st)
-                : launch_layout<__half, 64>(p, c.layout, num_splits, num_kv_heads, num_seqs, st);
-  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, c.layout, num_splits, num_kv_heads, num_seqs, st)
-              : launch_layout<__half, 128>(p, c.layout, num_splits, num_kv_heads, num_seqs, st);
+    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, c.layout, gr, st)
+                : launch_layout<__half, 64>(p, c.layout, gr, st);
+  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, c.layout, gr, st)
+              : launch_layout<__half, 128>(p, c.layout, gr, st);
 }
 
 }  // namespace pagedattn::cuda
