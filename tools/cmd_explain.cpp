@@ -118,6 +118,8 @@ int run_explain(const ConfigFlags& flags) {
                       {"shared_memory_bytes", k.shared_memory_bytes},
                       {"threads_per_block", k.threads_per_block},
                       {"workspace_bytes", plan->workspace_bytes()},
+                      {"decode_rows_fast_path", k.decode_rows_fast_path},
+                      {"prefill_rows_mma", k.prefill_rows_mma},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -147,6 +149,18 @@ int run_explain(const ConfigFlags& flags) {
   std::printf("  shared memory      %lld bytes\n", static_cast<long long>(k.shared_memory_bytes));
   std::printf("  threads per block  %d\n", k.threads_per_block);
   std::printf("  workspace          %zu bytes\n", plan->workspace_bytes());
+  if (d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled) {
+    // Which kernel takes which rows of a mixed batch (the fields above describe `kernel`).
+    const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
+    const char* mma = "tensor-core prefill kernel (cuda_prefill_mma)";
+    const char* tiled = to_string(k.kernel);
+    if (any_decode)
+      std::printf("  decode rows        %s\n",
+                  k.decode_rows_fast_path ? to_string(KernelId::kCudaDecodeMMA)
+                                          : (k.prefill_rows_mma ? mma : tiled));
+    if (any_prefill)
+      std::printf("  prefill rows       %s\n", k.prefill_rows_mma ? mma : tiled);
+  }
   std::printf("  reason             %s\n", k.reason.c_str());
   std::printf("writer      %s (cache access %s): %s\n", writer.kernel.c_str(),
               access_name(writer.access), writer.reason.c_str());

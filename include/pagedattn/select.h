@@ -103,6 +103,13 @@ struct KernelChoice {
   /// CUDA batches mixing decode rows and prefill chunks: the decode rows run on the decode
   /// fast path (KernelId::kCudaDecodeMMA) and only the prefill chunks on `kernel`.
   bool decode_rows_fast_path = false;
+  /// CUDA batches with prefill chunks: the prefill rows (query_len >= 2), and the decode rows
+  /// too unless decode_rows_fast_path, run on the tensor-core prefill kernel (fp16/bf16 query
+  /// and cache of one dtype, head_size 64 or 128, any GQA ratio; mma.sync with 64 (token,
+  /// head) rows per CTA and a cp.async K/V pipeline). `kernel` (kCudaTiled) and its tile,
+  /// splits and shared memory then describe the tiled kernel that run_attention falls back
+  /// to for tensors whose base pointers turn out not to be 16-byte aligned.
+  bool prefill_rows_mma = false;
   std::string reason;
 };
 

@@ -1,7 +1,9 @@
 // Host side of the CUDA attention backend: choose_config (the CUDA half of select_kernel),
 // plan_attention (sizes everything on the host; nothing is allocated at run time) and
-// run_attention (three launches on the caller's stream: tile prefix sums, the tiled kernel,
-// the deterministic split merge; no host synchronisation, so it can be captured in a graph).
+// run_attention (launches on the caller's stream, no host synchronisation, so it can be
+// captured in a graph): the decode fast path for decode rows, the tensor-core prefill kernel
+// for prefill rows, and the tiled kernel (tile prefix sums, the kernel, the deterministic
+// split merge) for everything they do not take.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -10,6 +12,7 @@
 #include "src/cuda/cuda_backend.h"
 #include "src/cuda/cuda_config.h"
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/prefill_mma.h"
 
 namespace pagedattn::cuda {
 
@@ -31,6 +34,15 @@ struct CudaPlan {
   bool mixed = false;
   std::int64_t prefill_tiles = 0;
   std::size_t decode_ws_offset = 0;
+  /// Tensor-core prefill kernel (KernelChoice::prefill_rows_mma): pipeline stages, and its
+  /// grid for the rows of sequences with query_len >= 2 (the decode rows on the decode fast
+  /// path) and with query_len >= 1 (every row: no decode fast path, or it cannot run this
+  /// call). Its row-tile prefix sums use the tiled workspace's tile_start slot (the tiled
+  /// kernel does not run in the same call).
+  bool prefill_mma = false;
+  int prefill_stages = 0;
+  std::int64_t prefill_mma_tiles = 0;
+  std::int64_t prefill_mma_all_tiles = 0;
 };
 
 // ------------------------------------------------------------------ prep kernel
@@ -180,15 +192,53 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                          options.tile_tokens == 0 && smem <= device_info.max_shared_memory_per_block &&
                          decode_mma_rows_supported(problem, &why_rows);
   PlanOptions tiled_options = options;
-  if (rows_fast) tiled_options.num_splits = 1;  // the split merge would also visit decode rows
+  // Prefill rows: the tensor-core prefill kernel when it supports the problem. Forced tiles
+  // or splits keep the tiled kernel (tests use them to exercise it).
+  std::string why_prefill;
+  bool prefill_fast = false;
+  if (problem.batch.num_prefill_seqs > 0) {
+    if (options.tile_tokens > 0 || options.num_splits > 0)
+      why_prefill = "tile_tokens or num_splits forced (they configure the tiled kernel)";
+    else
+      prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
+                                           &why_prefill);
+  }
+  // The split merge would also visit decode rows; and a tiled kernel that is only the
+  // fallback of the prefill kernel should not size the workspace for splits.
+  if (rows_fast || prefill_fast) tiled_options.num_splits = 1;
   auto c = tiled_choose(problem, device_info, tiled_options);
   if (!c.ok()) return c;
-  if (rows_fast) {
-    c->decode_rows_fast_path = true;
-    c->reason += "; the " + std::to_string(problem.batch.num_decode_seqs) +
-                 " decode rows run on the decode fast path";
+  if (rows_fast) c->decode_rows_fast_path = true;
+  const std::string decode_note =
+      rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
+                      " decode rows run on the decode fast path"
+                : "decode fast path not used: " + why_not;
+  if (prefill_fast) {
+    c->prefill_rows_mma = true;
+    const int stages =
+        prefill_mma_stages(problem.head_size, device_info.max_shared_memory_per_block);
+    std::string r = "tensor-core prefill kernel (cuda_prefill_mma) for the prefill rows of " +
+                    std::to_string(problem.batch.num_prefill_seqs) +
+                    " chunk(s): 64 (query token, query head) rows per CTA with the GQA group of " +
+                    std::to_string(problem.gqa_ratio()) +
+                    " flattened into them, mma.sync m16n8k16 for QK^T and PV (fp32 "
+                    "accumulation), " +
+                    std::to_string(stages) + "-stage cp.async pipeline of 64-token K/V tiles "
+                    "(independent of block_size " + std::to_string(problem.block_size) + "), " +
+                    std::to_string(prefill_mma_smem_bytes(problem.head_size, stages)) +
+                    " bytes of shared memory, no KV split; ";
+    if (rows_fast)
+      r += decode_note;
+    else if (problem.batch.num_decode_seqs > 0)
+      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
+           " decode rows run on it too (" + decode_note + ")";
+    else
+      r += "no decode rows";
+    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else {
-    c->reason += "; decode fast path not used: " + why_not;
+    c->reason += "; " + decode_note;
+    if (problem.batch.num_prefill_seqs > 0)
+      c->reason += "; tensor-core prefill kernel not used: " + why_prefill;
   }
   return c;
 }
@@ -229,6 +279,28 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
   } else if (state->choice.kernel != KernelId::kCudaTiled) {
     return Status(StatusCode::kInternal, std::string("cuda::plan_attention got kernel ") +
                                              to_string(state->choice.kernel));
+  }
+  if (state->choice.prefill_rows_mma) {
+    const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+    const auto* qsl = static_cast<const std::int32_t*>(host.query_start_loc.data);
+    const std::int64_t qs = host.query_start_loc.strides[0];
+    const int gqa = problem.gqa_ratio();
+    plan->prefill_stages = prefill_mma_stages(problem.head_size, info->max_shared_memory_per_block);
+    plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+    plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    std::string why;
+    if (!prefill_mma_aligned_strides(args))
+      why = "strides are not multiples of 8 elements";
+    else if (plan->prefill_mma_all_tiles > INT_MAX)
+      why = std::to_string(plan->prefill_mma_all_tiles) + " row tiles exceed the grid limit";
+    else if (plan->prefill_stages == 0)
+      why = "the device's shared memory is too small";
+    if (why.empty()) {
+      plan->prefill_mma = true;
+    } else {
+      state->choice.prefill_rows_mma = false;
+      state->choice.reason += " (tensor-core prefill kernel not taken: " + why + ")";
+    }
   }
   auto cfg = make_tiled_config(problem, std::max(1, tiled.tile_tokens),
                                std::max(1, tiled.num_splits), info->max_shared_memory_per_block);
@@ -281,6 +353,19 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   if (fast && !cp->mixed)
     return decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
                           workspace, stream);
+  if (cp->prefill_mma && prefill_mma_aligned(args)) {
+    // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
+    // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
+    if (fast)
+      PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
+          args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
+          static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
+    return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
+                           fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                           fast ? 2 : 1,
+                           static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
+                           stream);
+  }
   // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
   if (fast)
     PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk,
