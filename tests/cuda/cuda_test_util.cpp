@@ -99,9 +99,9 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
 
   // device copies
   const std::size_t two_mib = std::size_t{2} << 20;
-  const std::size_t qalloc =
-      query_at_end ? (qbytes + two_mib - 1) / two_mib * two_mib : std::max<std::size_t>(qbytes, 1);
-  p->q_offset_ = query_at_end ? qalloc - qbytes : 0;
+  const std::size_t qalloc = query_at_end ? (qbytes + two_mib - 1) / two_mib * two_mib
+                                          : std::max<std::size_t>(qbytes + spec.query_offset_bytes, 1);
+  p->q_offset_ = query_at_end ? qalloc - qbytes : spec.query_offset_bytes;
   PAGEDATTN_RETURN_IF_ERROR(p->q_mem_.alloc(qalloc));
   PAGEDATTN_RETURN_IF_ERROR(p->q_mem_.upload(p->q_host_.data(), qbytes, p->q_offset_));
   PAGEDATTN_RETURN_IF_ERROR(p->out_mem_.alloc(std::max<std::size_t>(qbytes, 1)));

@@ -125,6 +125,10 @@ struct ProblemSpec {
   std::uint64_t seed = 7;
   float scale_boost = 6.0f;
   PlanOptions plan;
+  /// Bytes between the start of the query's allocation and the query (not a multiple of 16:
+  /// a base pointer the 16-byte fast paths must refuse at run time). Ignored with
+  /// query_at_end.
+  std::size_t query_offset_bytes = 0;
 };
 
 class Problem {
