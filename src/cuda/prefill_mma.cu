@@ -52,7 +52,7 @@ struct PrefillParams {
   // value, nhd/hnd: the same form; split: b*v_blk + g*v_head + d*v_dim + t
   std::int64_t v_blk, v_head, v_tok, v_chunk, v_dim;
   const int* block_table;
-  std::int64_t bt_seq, bt_blk;
+  std::int64_t bt_seq, bt_blk, bt_width;
   std::int64_t num_blocks;
   const int* seq_lens;
   std::int64_t sl_stride;
@@ -180,8 +180,8 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
   const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
 
   // Block id and in-block offset of token `tid` of tile `tl` (threads < 64). -1 = not copied
-  // (outside [ld_lo, kv_hi), or a block id outside the cache: memory safety for device
-  // metadata the host did not see).
+  // (outside [ld_lo, kv_hi), a logical block past the block-table row, or a block id outside
+  // the cache: memory safety for device metadata the host did not see).
   auto fetch_id = [&](int tl, int* blk, int* off) {
     const std::int64_t t = std::int64_t{start} + std::int64_t{tl} * TOK + tid;
     *blk = -1;
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
     if (t >= ld_lo && t < kv_hi) {
       const int ti = static_cast<int>(t);
       const int lb = ti / bs;
-      const int b = bt[static_cast<std::int64_t>(lb) * p.bt_blk];
+      const int b = lb < p.bt_width ? bt[static_cast<std::int64_t>(lb) * p.bt_blk] : -1;
       if (b >= 0 && b < p.num_blocks) {
         *blk = b;
         *off = ti - lb * bs;
@@ -589,6 +589,7 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
   p.block_table = static_cast<const int*>(args.block_table.data);
   p.bt_seq = args.block_table.strides[0];
   p.bt_blk = args.block_table.strides[1];
+  p.bt_width = args.block_table.shape[1];
   p.num_blocks = c.key.shape[0];
   p.seq_lens = static_cast<const int*>(args.seq_lens.data);
   p.sl_stride = args.seq_lens.strides[0];
