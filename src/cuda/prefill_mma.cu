@@ -321,8 +321,10 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
   for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
 
   // One 64-key tile for the warp's 16 rows; MASK applies the causal / window / range mask per
-  // element (tiles that cut an edge), without it every key is visible to every row.
-  auto compute_tile = [&](const T* K, const T* V, int t0, auto mask_tag) {
+  // element (tiles that cut an edge), without it every key is visible to every row. Only the
+  // 16-key steps [kk_lo, kk_hi) hold a key some row of the warp sees (edge tiles): the others
+  // keep S = 0 (masked below) and add nothing to O, so their MMAs are skipped.
+  auto compute_tile = [&](const T* K, const T* V, int t0, int kk_lo, int kk_hi, auto mask_tag) {
     constexpr bool MASK = decltype(mask_tag)::value;
     float sc[8][4];
 #pragma unroll
@@ -335,6 +337,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
       for (int ks = 0; ks < KSTEPS; ++ks) {
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
+          if (MASK && (np < kk_lo || np >= kk_hi)) continue;  // warp-uniform
           unsigned b[4];
           ldmatrix_x4(b, smem_addr(K + swz(np * 16 + r, ks * 2 + cb, HEAD)));
           mma16816<T>(sc[2 * np], qf[ks], b[0], b[1]);
@@ -389,6 +392,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
     }
 #pragma unroll
     for (int kk = 0; kk < TOK / 16; ++kk) {
+      if (MASK && (kk < kk_lo || kk >= kk_hi)) continue;  // warp-uniform
       unsigned a[4];
       a[0] = pack2<T>(sc[2 * kk][0], sc[2 * kk][1]);
       a[1] = pack2<T>(sc[2 * kk][2], sc[2 * kk][3]);
@@ -433,8 +437,16 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
       if (!skip) {
         const T* K = sK + stage * TILE;
         const T* V = sV + stage * TILE;
-        if (full) compute_tile(K, V, t0, std::false_type{});
-        else compute_tile(K, V, t0, std::true_type{});
+        if (full) {
+          compute_tile(K, V, t0, 0, TOK / 16, std::false_type{});
+        } else {
+          // Key steps past the warp's last row, or before its first row's window, are empty.
+          const std::int64_t first_seen = has_window ? std::int64_t{warp_qlo} - p.window + 1 : 0;
+          const int kk_lo = first_seen > t0 ? static_cast<int>((first_seen - t0) / 16) : 0;
+          const int span = warp_qhi - t0;  // >= 0: the tile is not skipped
+          const int kk_hi = span >= TOK - 1 ? TOK / 16 : span / 16 + 1;
+          compute_tile(K, V, t0, kk_lo, kk_hi, std::true_type{});
+        }
       }
     }
     // Ids of tile it + STAGES go into this stage's slots (read when that tile is issued,
