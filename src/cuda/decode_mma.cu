@@ -4,12 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
 
 #include "src/cuda/cuda_common.cuh"
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/fast_div.h"
 #include "src/cuda/mma_common.cuh"
 
 namespace pagedattn::cuda {
@@ -20,9 +22,10 @@ using namespace mma;
 
 constexpr int kMaxDecodeSplits = 512;
 constexpr int kMinChunkTokens = 64;
-/// CTA-slot "waves" the split choice aims at: enough small CTAs that the hardware scheduler
-/// evens out unequal sequence lengths, few enough that the merge stays negligible.
-constexpr int kWaves = 8;
+/// CTA-slot "waves" the split choice aims at. Measured on the H200 (W1-W6, 1/2/4/8 waves):
+/// two waves is best: longer CTAs pay their pipeline fill and epilogue less often, and two
+/// waves still let the hardware scheduler even out unequal lengths.
+constexpr int kWaves = 2;
 
 struct DecodeParams {
   const void* q;
@@ -52,6 +55,10 @@ struct DecodeParams {
   const float* sinks;
   std::int64_t sinks_stride;
   int chunk, max_splits;
+  // 32-bit copies of the strides the fast path multiplies per tile (decode_mma_aligned_strides
+  // guarantees they fit) and the block-size divider.
+  int k_blk32, k_tok32, k_chunk32, v_blk32, v_tok32, v_dim32;
+  FastDiv bs_div;
   int num_seqs;
   int work_list;  // 1: CTAs stride over a numbered list of (sequence, split) items
   float* part_o;
@@ -186,96 +193,89 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     cp_async_commit();
 
-    // Per-thread token rows of a tile are fixed by the thread index (128 is a multiple of both
-    // 64 and the chunks per row), so the block-table entries a thread needs for tile n+1 are
-    // fetched into registers while tile n computes: the cp.async issue never waits on a
-    // block-table load (a serialised global-memory round trip per row otherwise).
-    constexpr int NK = SPLIT ? 1 : TOK * CH / kDecodeThreads;  // key rows per thread
-    constexpr int KREP = TOK * CH / kDecodeThreads;            // 16-byte key copies per thread
-    int kid[NK], koff[NK];  // physical block (-1 = masked) and in-block offset of each row
-    int vid = -1, voff = 0; // split values: the thread's 8-token chunk
+    // Each thread owns one key row of every tile (nhd/hnd: half of token tid/2's head row;
+    // split: token tid%64), so the block-table entry it needs for tile n+1 is fetched into a
+    // register while tile n computes: the copies never wait on a block-table load. Addresses
+    // are one 32x32->64-bit multiply-add per row and tile (strides fit in 32 bits, checked on
+    // the host) plus immediate offsets per 16-byte copy: the copy side must stay a small
+    // fraction of the instructions per byte.
+    // Every warp copies exactly the 16 token rows it computes on (tokens warp*16 .. +15 of each
+    // tile), so it waits for its own copies only: no CTA barrier per tile, and a slow warp
+    // never stalls the others. Each lane's rows of a tile are fixed by its lane index, so the
+    // block-table entries it needs for tile n+1 are fetched into registers while tile n
+    // computes. Addresses are one 32x32->64-bit multiply-add per row and tile (strides fit in
+    // 32 bits, checked on the host) plus immediate offsets per 16-byte copy.
+    //   nhd/hnd: 8 lanes per token row (each copy instruction moves whole 128-byte lines),
+    //            rows lane/8 + 4i;
+    //   split:   keys: lane%16 = token, lane/16 + 2k = 16-byte chunk (16 tokens of one chunk
+    //            are contiguous); values: lane%2 = 8-token chunk, lane/2 + 16k = head dim.
+    constexpr int NR = SPLIT ? 1 : 4;  // key rows per lane
+    int kid[NR], koff[NR];   // physical block (-1 = masked) and in-block offset of each row
+    int vid = -1, voff = 0;  // split values: the lane's 8-token chunk
+    const std::int64_t bt_blk = p.bt_blk;
     auto fetch_ids = [&](int tile) {
-      const int t0 = start + tile * TOK;
-      if constexpr (SPLIT) {
-        const int t = t0 + tid % TOK;
-        const bool ok = t >= valid_lo && t < end;
-        kid[0] = ok ? bt[static_cast<std::int64_t>(t / bs) * p.bt_blk] : -1;
-        koff[0] = ok ? t % bs : 0;
-        const int tt = t0 + (tid % (TOK / 8)) * 8;
-        const bool any = tt + 8 > valid_lo && tt < end;
-        vid = any ? bt[static_cast<std::int64_t>(tt / bs) * p.bt_blk] : -1;
-        voff = any ? tt % bs : 0;
-      } else {
-        // Rows t_first + k * STEP: one division per tile, then walk the block index (integer
-        // division costs tens of instructions, and this runs for every tile).
-        constexpr int STEP = kDecodeThreads / CH;
-        const int t_first = t0 + tid / CH;
-        int q = t_first / bs, o = t_first - q * bs;
+      const int tw0 = start + tile * TOK + warp * 16;
 #pragma unroll
-        for (int k = 0; k < NK; ++k) {
-          const int t = t_first + k * STEP;
-          const bool ok = t >= valid_lo && t < end;
-          kid[k] = ok ? bt[static_cast<std::int64_t>(q) * p.bt_blk] : -1;
-          koff[k] = o;
-          o += STEP;
-          if (bs >= STEP) {
-            if (o >= bs) {
-              o -= bs;
-              ++q;
-            }
-          } else {
-            q += o / bs;
-            o %= bs;
-          }
-        }
+      for (int i = 0; i < NR; ++i) {
+        const int t = tw0 + (SPLIT ? (lane & 15) : (lane >> 3) + 4 * i);
+        const bool ok = t >= valid_lo && t < end;
+        const int q = static_cast<int>(p.bs_div.div(static_cast<unsigned>(t)));
+        kid[i] = ok ? bt[q * bt_blk] : -1;
+        koff[i] = t - q * bs;
+      }
+      if constexpr (SPLIT) {
+        const int tt = tw0 + (lane & 1) * 8;
+        const bool any = tt + 8 > valid_lo && tt < end;
+        const int qv = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tt)));
+        vid = any ? bt[qv * bt_blk] : -1;
+        voff = tt - qv * bs;
       }
     };
     auto issue_tile = [&](int tile, int stage) {
-      const int t0 = start + tile * TOK;
       T* dk = sK + stage * TILE;
       T* dv = sV + stage * TILE;
+      if constexpr (!SPLIT) {
+        const int q = lane & 7;
 #pragma unroll
-      for (int k = 0; k < KREP; ++k) {
-        // split keys: neighbouring threads take neighbouring tokens of one chunk (contiguous
-        // 16-byte pieces in that layout); nhd/hnd: neighbouring chunks of one token row.
-        const int r = SPLIT ? tid % TOK : tid / CH + k * (kDecodeThreads / CH);
-        const int c = SPLIT ? tid / TOK + k * (kDecodeThreads / TOK) : tid % CH;
-        const int slot = SPLIT ? 0 : k;
-        const bool ok = kid[slot] >= 0;
-        const T* src = ok ? kbase + static_cast<std::int64_t>(kid[slot]) * p.k_blk +
-                                static_cast<std::int64_t>(koff[slot]) * p.k_tok +
-                                static_cast<std::int64_t>(c) * p.k_chunk
-                          : kbase;
-        cp_async16(smem_addr(dk + swz(r, c, HEAD)), src, ok ? 16 : 0);
-      }
-      if constexpr (SPLIT) {
-        // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
-        // dim, inside one block because block_size % 8 == 0. Bytes at or past seq_len are
-        // zero-filled (the tail of the last block may hold anything, NaN included); tokens
-        // before the window inside a loaded chunk are finite data of this sequence, and their
-        // probability is exactly 0.
-        const int j = tid % (TOK / 8);
-        const int tt = t0 + j * 8;
-        const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
+        for (int i = 0; i < NR; ++i) {
+          const int r = warp * 16 + (lane >> 3) + 4 * i;
+          const bool ok = kid[i] >= 0;
+          const T* ks = kbase + (ok ? static_cast<std::int64_t>(kid[i]) * p.k_blk32 + koff[i] * p.k_tok32 : 0) + q * 8;
+          const T* vs = vbase + (ok ? static_cast<std::int64_t>(kid[i]) * p.v_blk32 + koff[i] * p.v_tok32 : 0) + q * 8;
+          const int bytes = ok ? 16 : 0;
 #pragma unroll
-        for (int k = 0; k < HEAD * (TOK / 8) / kDecodeThreads; ++k) {
-          const int d = tid / (TOK / 8) + k * (kDecodeThreads / (TOK / 8));
-          const T* src = vid >= 0 ? vbase + static_cast<std::int64_t>(vid) * p.v_blk +
-                                        static_cast<std::int64_t>(d) * p.v_dim + voff
-                                  : vbase;
-          cp_async16(smem_addr(dv + swz(d, j, TOK)), src, bytes);
+          for (int j = 0; j < CH / 8; ++j) {
+            cp_async16(smem_addr(dk + swz(r, q + j * 8, HEAD)), ks + j * 64, bytes);
+            cp_async16(smem_addr(dv + swz(r, q + j * 8, HEAD)), vs + j * 64, bytes);
+          }
         }
       } else {
+        const int r = warp * 16 + (lane & 15);
+        const int c0 = lane >> 4;
+        const bool ok = kid[0] >= 0;
+        const T* ks = kbase + (ok ? static_cast<std::int64_t>(kid[0]) * p.k_blk32 + koff[0] * p.k_tok32 : 0) +
+                      static_cast<std::int64_t>(c0) * p.k_chunk32;
+        const std::int64_t kstep = ok ? std::int64_t{2} * p.k_chunk32 : 0;
 #pragma unroll
-        for (int k = 0; k < KREP; ++k) {
-          const int r = tid / CH + k * (kDecodeThreads / CH);
-          const int c = tid % CH;
-          const bool ok = kid[k] >= 0;
-          const T* src = ok ? vbase + static_cast<std::int64_t>(kid[k]) * p.v_blk +
-                                  static_cast<std::int64_t>(koff[k]) * p.v_tok +
-                                  static_cast<std::int64_t>(c) * p.v_chunk
-                            : vbase;
-          cp_async16(smem_addr(dv + swz(r, c, HEAD)), src, ok ? 16 : 0);
+        for (int k = 0; k < CH / 2; ++k) {
+          cp_async16(smem_addr(dk + swz(r, c0 + 2 * k, HEAD)), ks, ok ? 16 : 0);
+          ks += kstep;
+        }
+        // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
+        // dim, inside one block because block_size % 8 == 0. Bytes at or past seq_len are
+        // zero-filled (the tail of the last block may hold anything, NaN included).
+        const int j = lane & 1;
+        const int tt = start + tile * TOK + warp * 16 + j * 8;
+        const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
+        const int d0 = lane >> 1;
+        const T* vs = vbase + (vid >= 0 ? static_cast<std::int64_t>(vid) * p.v_blk32 +
+                                              static_cast<std::int64_t>(d0) * p.v_dim32 + voff
+                                        : 0);
+        const std::int64_t vstep = vid >= 0 ? std::int64_t{16} * p.v_dim32 : 0;
+#pragma unroll
+        for (int k = 0; k < HEAD / 16; ++k) {
+          cp_async16(smem_addr(dv + swz(d0 + 16 * k, warp * 2 + j, TOK)), vs, bytes);
+          vs += vstep;
         }
       }
     };
@@ -323,7 +323,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
     for (int it = 0; it < ntiles; ++it) {
       cp_async_wait<STAGES - 2>();
-      __syncthreads();
+      __syncwarp();  // the warp's own rows of tile `it` have landed; its reads of tile it-1 are done
       {
         // Tiles past the end have every row masked: their copies read nothing.
         const int nt = it + STAGES - 1;
@@ -642,6 +642,10 @@ bool decode_mma_aligned_strides(const AttentionArgs& args) {
     for (int d = 0; d + 1 < v->ndim; ++d)
       if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
   }
+  // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits).
+  for (const TensorView* v : {&args.cache.key, &args.cache.value})
+    for (int d = 0; d < v->ndim; ++d)
+      if (v->strides[d] < 0 || v->strides[d] > INT32_MAX) return false;
   return true;
 }
 
@@ -727,6 +731,13 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
       p.v_blk = vs[0]; p.v_head = vs[1]; p.v_tok = vs[2]; p.v_chunk = 8;
       break;
   }
+  p.k_blk32 = static_cast<int>(p.k_blk);
+  p.k_tok32 = static_cast<int>(p.k_tok);
+  p.k_chunk32 = static_cast<int>(p.k_chunk);
+  p.v_blk32 = static_cast<int>(p.v_blk);
+  p.v_tok32 = static_cast<int>(p.v_tok);
+  p.v_dim32 = static_cast<int>(p.v_dim);
+  p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
   p.block_table = static_cast<const int*>(args.block_table.data);
   p.bt_seq = args.block_table.strides[0];
   p.bt_blk = args.block_table.strides[1];
@@ -770,7 +781,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
   // of them), and each costs a scheduling slot.
-  if (num_splits >= 8 && num_seqs <= 32 * kListPerLane) {
+  if (num_splits >= 8 && num_seqs > 1 && num_seqs <= 32 * kListPerLane) {
     int sms = 0;
     PA_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
                                           args.query.device.index),

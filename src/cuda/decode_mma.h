@@ -1,19 +1,23 @@
 // The CUDA decode fast path (KernelId::kCudaDecodeMMA): host-only declarations, so that the
 // selection function can size it in any build.
 //
-// Design (docs/performance.md has the measurements):
-//  - one CTA = 4 warps = one (sequence, KV head, KV split); the GQA group of that KV head
-//    (<= 16 query heads) is packed into the 16 rows of an m16n8k16 tensor-core MMA, so each
-//    K/V byte is read from HBM exactly once per step;
-//  - K/V tiles of 64 tokens move HBM -> shared memory with 16-byte cp.async in a multi-stage
-//    pipeline; each token maps to (block_table[t / block_size], t % block_size), so block size
-//    and tile size are independent and padded pages cost nothing (block stride at run time);
-//  - every warp owns 16 tokens of a tile and keeps its own online-softmax state; the four
+// Design (docs/performance.md has the measurements and what each step gained):
+//  - one CTA = 4 warps = one (sequence, KV head, KV split); the MMAs compute S^T = K Q^T and
+//    O^T += V^T P^T with 16 tokens in the rows and the GQA group of the KV head (<= 8 or
+//    <= 16 query heads) in the 8 or 16 columns of m16n8k16 tensor-core MMAs, so each K/V byte
+//    is read from HBM exactly once per step; P^T reaches the second MMA through movmatrix;
+//  - K/V tiles of 64 tokens move HBM -> shared memory with 16-byte cp.async (whole 128-byte
+//    lines per copy instruction) in a 3-stage (head 128) / 4-stage (head 64) pipeline; each
+//    token maps to (block_table[t / block_size], t % block_size) with a multiply-shift
+//    division, so block size and tile size are independent and padded pages cost nothing;
+//  - every warp copies and computes its own 16 tokens of each tile, so it waits only for its
+//    own copies (no CTA barrier per tile), and keeps its own online-softmax state; the four
 //    states are merged in shared memory at the end of the split;
 //  - the KV range of each sequence is cut into splits of `chunk_tokens` (a multiple of 64)
-//    chosen from the batch's total work and the number of CTA slots of the device, so a skewed
-//    batch spreads over every SM; sequences that need one split write their output directly,
-//    the others go through a deterministic log-sum-exp merge kernel.
+//    chosen from the batch's total work and the device's CTA slots (about two waves); batches
+//    with many splits and up to 256 sequences number their (sequence, split) items so that no
+//    CTA is launched for a split a short sequence lacks; sequences that need one split write
+//    their output directly, the others go through a deterministic log-sum-exp merge kernel.
 #pragma once
 
 #include <cstddef>
@@ -59,8 +63,9 @@ bool decode_mma_aligned(const AttentionArgs& args);
 
 /// Split size for the batch's decode rows (pure: select_kernel and plan_attention call it with the same
 /// inputs): the KV range of the longest sequence is cut into equal 64-token-aligned splits so
-/// that the CTAs of the whole batch fill the device's CTA slots about eight times (small
-/// CTAs let the hardware scheduler even out unequal lengths; the merge stays negligible).
+/// that the CTAs of the whole batch fill the device's CTA slots about twice (enough for the
+/// hardware scheduler to even out unequal lengths, few enough that each CTA's pipeline fill
+/// and epilogue stay a small part of its time).
 /// `forced_splits` > 0 (PlanOptions::num_splits) cuts the longest sequence into that many.
 /// Returns the split size in tokens (a multiple of kDecodeTileTokens); `num_splits` receives
 /// the largest per-sequence split count (the grid's split dimension).
