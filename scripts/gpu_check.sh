@@ -8,6 +8,8 @@
 #     sweeps, nhd; W1/W2/W5 also in the split layout), dense PyTorch SDPA on the same shapes
 #     (bench/sdpa_compare.py) and the joined table + bandwidth plot (bench/report.py);
 #   MODE=all: both (needs a warm build to fit in 10 minutes);
+#   GPU_SUITE_FILTER (check/all): gtest filter of the GPU-suite step (default: everything but
+#     the Sanitize* cases, which run under the sanitizers);
 #   MODE=quick: a kernel-development loop: build, the GPU test suite (no sanitizers) and the
 #     standard decode workloads (nhd; W1/W2/W5 split), about two minutes.
 #
@@ -123,7 +125,7 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
 
   # ---------------------------------------------------------------- GPU test suite
   t0=$(date +%s)
-  run_limited 240 150 "$TESTS" --gtest_filter='-Sanitize*' > "$LOG/tests.log" 2>&1
+  run_limited 240 150 "$TESTS" --gtest_filter="${GPU_SUITE_FILTER:--Sanitize*}" > "$LOG/tests.log" 2>&1
   rc=$?; t1=$(date +%s)
   record cuda_tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/tests.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
 

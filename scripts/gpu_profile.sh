@@ -2,7 +2,7 @@
 # Nsight Compute profile of the decode fast path: W1 in the nhd and split layouts (throughput,
 # memory, occupancy, warp stalls with their SASS locations) and W7 (durations of the split
 # kernel and the merge), as text in $OUT/profile.txt; the SASS of the W1 kernel in
-# $OUT/decode_sass.txt. Clocks are left as the card has them (--clock-control none).
+# $OUT/decode_sass.txt.gz. Clocks are left as the card has them (--clock-control none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./out}"
@@ -24,9 +24,10 @@ for layout in ${LAYOUTS:-nhd split}; do
 done
 echo "=== W7 nhd" >> "$OUT/profile.txt"
 timeout 100 "$NCU" --clock-control none -k regex:decode --launch-skip 4 --launch-count 2 \
-  --section SpeedOfLight "$BUILD/pagedattn" bench --workloads W7 --iters 2 --warmup 1 \
+  --section SpeedOfLight --section WarpStateStats --section LaunchStats \
+  "$BUILD/pagedattn" bench --workloads W7 --iters 2 --warmup 1 \
   --ceiling-gb 0.5 >> "$OUT/profile.txt" 2>&1
 CUOBJDUMP="$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)"
 obj=$(find "$BUILD" -name 'decode_mma.cu.o' | head -1)
-[ -n "$obj" ] && "$CUOBJDUMP" -sass "$obj" > "$OUT/decode_sass.txt" 2>&1
+[ -n "$obj" ] && "$CUOBJDUMP" -sass "$obj" 2>&1 | gzip > "$OUT/decode_sass.txt.gz"
 grep -E "===|Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Stall|Registers|Block Limit|Warp Cycles Per Issued|Eligible|L2 Hit|L1/TEX Hit|Mem Busy|Max Bandwidth|Executed Ipc|Issue Slots|Instructions" "$OUT/profile.txt" | head -150

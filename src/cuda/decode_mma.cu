@@ -119,6 +119,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int bs = p.block_size;
   const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
   const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
+  // Shared-memory tile layouts. nhd/hnd: token rows of HEAD elements, 16-byte chunks
+  // XOR-swizzled. split: the global layout's contiguous runs stay contiguous, so that every 8
+  // lanes of a cp.async fill one 128-byte line (a transposing copy costs 4x the shared-memory
+  // wavefronts): keys [chunk][token][8] (8 consecutive tokens of one chunk = the 128 bytes an
+  // ldmatrix phase reads), values [warp slice][dim][16 tokens] with the two 8-token halves
+  // swapped on dims with bit 2 set (8 consecutive dims of one half fall in 8 bank groups).
+  auto k_at = [](int r, int c) { return SPLIT ? (c * TOK + r) * 8 : swz(r, c, HEAD); };
+  auto v_split_at = [](int w, int d, int h) { return (w * HEAD + d) * 16 + ((h ^ ((d >> 2) & 1)) << 3); };
 
   // Work-list mode (skewed batches): the (sequence, split) items of all sequences are numbered
   // in order and the CTAs of one KV head stride over them, so no CTA is launched for a split a
@@ -258,7 +266,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         const std::int64_t kstep = ok ? std::int64_t{2} * p.k_chunk32 : 0;
 #pragma unroll
         for (int k = 0; k < CH / 2; ++k) {
-          cp_async16(smem_addr(dk + swz(r, c0 + 2 * k, HEAD)), ks, ok ? 16 : 0);
+          cp_async16(smem_addr(dk + k_at(r, c0 + 2 * k)), ks, ok ? 16 : 0);
           ks += kstep;
         }
         // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
@@ -274,7 +282,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         const std::int64_t vstep = vid >= 0 ? std::int64_t{16} * p.v_dim32 : 0;
 #pragma unroll
         for (int k = 0; k < HEAD / 16; ++k) {
-          cp_async16(smem_addr(dv + swz(d0 + 16 * k, warp * 2 + j, TOK)), vs, bytes);
+          cp_async16(smem_addr(dv + v_split_at(warp, d0 + 16 * k, j)), vs, bytes);
           vs += vstep;
         }
       }
@@ -348,7 +356,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
           unsigned a[4];
-          ldmatrix_x4(a, smem_addr(K + swz(r, ks * 2 + (lane >> 4), HEAD)));
+          ldmatrix_x4(a, smem_addr(K + k_at(r, ks * 2 + (lane >> 4))));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
@@ -360,6 +368,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
       }
 
       // Element e of a fragment: token tw + lane/4 + 8*(e/2), head column 2*(lane%4) + e%2.
+      // Masking and ALiBi cost per-element instructions, so they run only where needed (the
+      // branches are warp-uniform).
+      const bool edge = tw < valid_lo || tw + 16 > end;
       float mx[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -370,8 +381,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
           const int j = tw + (lane >> 2) + (e >> 1) * 8;
           float z = (sc[nt][e] + sc2[nt][e]) * p.scale;
           if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-          z += slope[nt][b] * static_cast<float>(j - q_pos);
-          if (j < valid_lo || j >= end) z = -INFINITY;
+          if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(j - q_pos);
+          if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
           sc[nt][e] = z;
           mx[nt][b] = fmaxf(mx[nt][b], z);
         }
@@ -404,13 +415,22 @@ __global__ void __launch_bounds__(kDecodeThreads)
         // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
         pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
         pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
+      }
+      // Once the running maxima settle (after a few tiles, typically) no accumulator needs
+      // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
+      bool moved = false;
 #pragma unroll
-        for (int i = 0; i < DT; ++i) {
-          o[i][nt][0] *= corr[nt][0];
-          o[i][nt][1] *= corr[nt][1];
-          o[i][nt][2] *= corr[nt][0];
-          o[i][nt][3] *= corr[nt][1];
-        }
+      for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < DT; ++i) {
+            o[i][nt][0] *= corr[nt][0];
+            o[i][nt][1] *= corr[nt][1];
+            o[i][nt][2] *= corr[nt][0];
+            o[i][nt][3] *= corr[nt][1];
+          }
       }
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
@@ -418,7 +438,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         unsigned a[4];
         if constexpr (SPLIT) {
           const int d = dt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4(a, smem_addr(V + swz(d, warp * 2 + (lane >> 4), TOK)));
+          ldmatrix_x4(a, smem_addr(V + v_split_at(warp, d, lane >> 4)));
         } else {
           const int r = warp * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
           ldmatrix_x4_trans(a, smem_addr(V + swz(r, dt * 2 + ((lane >> 3) & 1), HEAD)));
