@@ -35,6 +35,10 @@ def main():
     print(text)
     if args.markdown:
         open(args.markdown, "w").write(text + "\n")
+    if args.png and not any(r["group"] in ("sweep-ctx", "sweep-batch") for r in bench["results"]):
+        # An empty plot would look like a result; say what is missing instead.
+        raise SystemExit("report.py: no sweep rows in %s (run `pagedattn bench --sweep`); no PNG written"
+                         % args.bench_json)
     if args.png:
         import matplotlib
         matplotlib.use("Agg")
