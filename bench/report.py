@@ -13,7 +13,11 @@ def main():
     ap.add_argument("--png", default=None)
     ap.add_argument("--markdown", default=None, help="write the table as Markdown")
     args = ap.parse_args()
-    bench = json.load(open(args.bench_json))
+    try:
+        bench = json.load(open(args.bench_json))
+        bench["read_ceiling_gbps"], bench["results"], bench["device"], bench["layout"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"report.py: {args.bench_json}: not the JSON of `pagedattn bench --json` ({e!r})")
     sdpa = {}
     if args.sdpa:
         for r in json.load(open(args.sdpa))["results"]:
@@ -40,7 +44,11 @@ def main():
         raise SystemExit("report.py: no sweep rows in %s (run `pagedattn bench --sweep`); no PNG written"
                          % args.bench_json)
     if args.png:
-        import matplotlib
+        try:
+            import matplotlib
+        except ImportError:
+            raise SystemExit("report.py: --png needs matplotlib (python3 -m pip install matplotlib); "
+                             "the table above is complete")
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

@@ -84,19 +84,18 @@ int run_bench(const BenchFlags& f) {
     return usage("--workloads '" + f.workloads + "' selects nothing (names: W1..W7, "
                  "T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
                  "standard, trace, sweep-ctx, sweep-batch, all)");
-  // Output files are opened before any GPU work, so a bad path fails at once.
-  std::ofstream json_out, csv_out;
-  if (!f.json.empty()) {
-    json_out.open(f.json);
-    if (!json_out) return usage("--json " + f.json + ": cannot open for writing");
-  }
-  if (!f.csv.empty()) {
-    csv_out.open(f.csv);
-    if (!csv_out) return usage("--csv " + f.csv + ": cannot open for writing");
-  }
-
   auto info = query_device(Device::cuda(0));
   if (!info.ok()) return report_failure("bench", info.status(), false);
+  // A bad output path fails before any GPU work, without truncating an existing file (the
+  // results replace it only once the run has succeeded).
+  for (const auto& [path, flag] : {std::pair<const std::string&, const char*>{f.json, "--json"},
+                                   std::pair<const std::string&, const char*>{f.csv, "--csv"}}) {
+    if (path.empty()) continue;
+    const bool existed = static_cast<bool>(std::ifstream(path));
+    const bool ok = static_cast<bool>(std::ofstream(path, std::ios::app));
+    if (!existed && ok) std::remove(path.c_str());
+    if (!ok) return usage(std::string(flag) + " " + path + ": cannot open for writing");
+  }
 
   auto dev = cuda::bench::device_summary(0);
   auto ceiling = cuda::bench::read_ceiling_gbps(
@@ -166,6 +165,11 @@ int run_bench(const BenchFlags& f) {
     row["tile_tokens"] = r.choice.tile_tokens;
     j["results"].push_back(row);
   }
+  std::ofstream json_out, csv_out;
+  if (!f.json.empty()) json_out.open(f.json);
+  if (!f.csv.empty()) csv_out.open(f.csv);
+  if (!f.json.empty() && !json_out) return usage("--json " + f.json + ": cannot open for writing");
+  if (!f.csv.empty() && !csv_out) return usage("--csv " + f.csv + ": cannot open for writing");
   if (json_out.is_open()) {
     json_out << j.dump(2) << "\n";
     if (!json_out.flush()) return usage("--json " + f.json + ": write failed");

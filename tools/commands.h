@@ -51,7 +51,8 @@ inline const CLI::Validator kNonNegativeInteger(
         return std::string();
       return std::string("expected an integer in [0, 10^19), got '") + s + "'";
     },
-    "UINT");
+    // No description: CLI11 would print it after the option's own type ("UINT:UINT").
+    "");
 
 Action register_run(CLI::App& app);
 Action register_verify(CLI::App& app);

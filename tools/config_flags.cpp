@@ -107,7 +107,7 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
   testing::CaseConfig c;
   c.device = device;
   auto layout = parse_layout(f.layout);
-  if (!layout.ok()) return invalid("--layout " + layout.status().message());
+  if (!layout.ok()) return invalid("--" + layout.status().message());
   c.layout = *layout;
   auto dtype = parse_dtype(f.dtype);
   if (!dtype.ok() ||

@@ -88,8 +88,14 @@ TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<st
   return v;
 }
 
+namespace {
+/// Dimensions a view's arrays really hold: a hand-built view may carry any `ndim`, and no
+/// member may read past shape[kMaxDims - 1] because of it.
+int held_dims(int ndim) { return ndim < 0 ? 0 : (ndim > kMaxDims ? kMaxDims : ndim); }
+}  // namespace
+
 std::int64_t TensorView::numel() const {
-  if (ndim == 0) return 0;
+  if (ndim <= 0 || ndim > kMaxDims) return 0;
   std::int64_t n = 1;
   for (int d = 0; d < ndim; ++d) n *= shape[d];
   return n;
@@ -97,7 +103,7 @@ std::int64_t TensorView::numel() const {
 
 bool TensorView::is_contiguous() const {
   std::int64_t expected = 1;
-  for (int d = ndim - 1; d >= 0; --d) {
+  for (int d = held_dims(ndim) - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
     expected *= shape[d];
   }
@@ -107,12 +113,17 @@ bool TensorView::is_contiguous() const {
 std::int64_t TensorView::span() const {
   if (numel() == 0) return 0;
   std::int64_t last = 0;
-  for (int d = 0; d < ndim; ++d) last += (shape[d] - 1) * strides[d];
+  for (int d = 0; d < held_dims(ndim); ++d) last += (shape[d] - 1) * strides[d];
   return last + 1;
 }
 
 std::string TensorView::describe() const {
   std::ostringstream os;
+  if (ndim < 0 || ndim > kMaxDims) {
+    os << "(ndim " << ndim << ", outside 0.." << kMaxDims << ") " << to_string(dtype) << " "
+       << to_string(device);
+    return os.str();
+  }
   os << "[";
   for (int d = 0; d < ndim; ++d) os << (d ? ", " : "") << shape[d];
   os << "] " << to_string(dtype) << " strides [";
@@ -130,6 +141,8 @@ Result<TensorView> from_dlpack(const DLTensor& t) {
                    std::to_string(kMaxDims));
   if (t.dtype.lanes != 1)
     return invalid("DLTensor.dtype.lanes = " + std::to_string(t.dtype.lanes) + ": expected 1");
+  if (t.shape == nullptr)
+    return invalid("DLTensor.shape is null with ndim = " + std::to_string(t.ndim));
   TensorView v;
   const int code = t.dtype.code;
   const int bits = t.dtype.bits;

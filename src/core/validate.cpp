@@ -120,6 +120,79 @@ Status require_non_overlapping(const TensorView& t, const char* name) {
   return Status::Ok();
 }
 
+bool same_view(const TensorView& a, const TensorView& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  return true;
+}
+
+namespace {
+
+/// Bytes [lo, hi) that some element of `t` touches, relative to its data pointer.
+std::pair<std::int64_t, std::int64_t> byte_span(const TensorView& t) {
+  std::int64_t lo = 0, hi = 0;
+  for (int d = 0; d < t.ndim; ++d) {
+    const std::int64_t reach = t.strides[d] * (t.shape[d] - 1);
+    if (reach < 0) lo += reach;
+    else hi += reach;
+  }
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(t.dtype));
+  return {lo * es, (hi + 1) * es};
+}
+
+/// Whether offset `delta` (elements) equals sum_k m_k * stride_k with |m_k| < size_k over
+/// `dims` (stride, size), strides descending, each larger than the reach of the ones after it
+/// (a non-overlapping view): then m_k is floor or ceil of delta / stride_k at every level.
+bool reachable(std::int64_t delta, const std::vector<std::pair<std::int64_t, std::int64_t>>& dims,
+               std::size_t k) {
+  if (k == dims.size()) return delta == 0;
+  const auto [stride, size] = dims[k];
+  const std::int64_t q = delta / stride;  // truncates toward zero
+  for (std::int64_t m : {q - 1, q, q + 1}) {
+    if (m <= -size || m >= size) continue;
+    if (reachable(delta - m * stride, dims, k + 1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool share_memory(const TensorView& a, const TensorView& b) {
+  if (!a.data || !b.data || !(a.device == b.device)) return false;
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto pa = reinterpret_cast<std::intptr_t>(a.data);
+  const auto pb = reinterpret_cast<std::intptr_t>(b.data);
+  const auto [alo, ahi] = byte_span(a);
+  const auto [blo, bhi] = byte_span(b);
+  if (pa + ahi <= pb + blo || pb + bhi <= pa + alo) return false;
+  // The spans meet. Views of one geometry (e.g. query and output interleaved in one packed
+  // buffer) can still be element-disjoint; anything else counts as sharing.
+  if (a.dtype != b.dtype || a.ndim != b.ndim || !non_overlapping(a)) return true;
+  std::vector<std::pair<std::int64_t, std::int64_t>> dims;
+  for (int d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d]) return true;
+    if (a.shape[d] <= 1) continue;
+    if (a.strides[d] != b.strides[d] || a.strides[d] <= 0) return true;
+    dims.emplace_back(a.strides[d], a.shape[d]);
+  }
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(a.dtype));
+  const std::int64_t delta_bytes = static_cast<std::int64_t>(pb - pa);
+  if (delta_bytes % es != 0) return true;
+  std::sort(dims.begin(), dims.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  return reachable(delta_bytes / es, dims, 0);
+}
+
+Status require_disjoint(const TensorView& written, const char* written_name, const TensorView& other,
+                        const char* other_name, bool exact_alias_ok) {
+  if (!share_memory(written, other)) return Status::Ok();
+  if (exact_alias_ok && same_view(written, other)) return Status::Ok();
+  return invalid(std::string(written_name) + " " + written.describe() + " shares memory with " +
+                 other_name + " " + other.describe() +
+                 (exact_alias_ok ? ": they must be the same view (an exact alias) or disjoint"
+                                 : ": a written tensor must not overlap an input"));
+}
+
 namespace {
 
 /// A float tensor of an exact shape, last dim contiguous, on `device`.
@@ -227,9 +300,15 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
   const std::int64_t num_seqs = args.seq_lens.shape[0];
   PAGEDATTN_RETURN_IF_ERROR(
       require_int32_tensor(args.query_start_loc, "query_start_loc", 1, dev, need_data));
-  PAGEDATTN_RETURN_IF_ERROR(require_shape(args.query_start_loc, "query_start_loc", 0, num_seqs + 1));
+  // seq_lens fixes num_seqs; the messages name it, since either tensor may be the wrong one.
+  if (args.query_start_loc.shape[0] != num_seqs + 1)
+    return invalid("query_start_loc.shape[0] = " + s(args.query_start_loc.shape[0]) +
+                   " and seq_lens.shape[0] = " + s(num_seqs) +
+                   ": expected query_start_loc to have num_seqs + 1 entries");
   PAGEDATTN_RETURN_IF_ERROR(require_int32_tensor(args.block_table, "block_table", 2, dev, need_data));
-  PAGEDATTN_RETURN_IF_ERROR(require_shape(args.block_table, "block_table", 0, num_seqs));
+  if (args.block_table.shape[0] != num_seqs)
+    return invalid("block_table.shape[0] = " + s(args.block_table.shape[0]) +
+                   " and seq_lens.shape[0] = " + s(num_seqs) + ": expected one row per sequence");
 
   const AttentionParams& p = args.params;
   if (!(std::isfinite(p.scale) && p.scale > 0))
@@ -241,6 +320,25 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
   PAGEDATTN_RETURN_IF_ERROR(
       require_per_head_vector(p.alibi_slopes, "alibi_slopes", num_heads, dev, need_data));
   PAGEDATTN_RETURN_IF_ERROR(require_per_head_vector(p.sinks, "sinks", num_heads, dev, need_data));
+  // Written tensors against everything the call reads (and each other): an output that
+  // partly overlaps an input would be read after it was overwritten. The output may be the
+  // query itself (each row is read before it is written).
+  {
+    const std::pair<const TensorView*, const char*> inputs[] = {
+        {&args.cache.key, "key_cache"},       {&args.cache.value, "value_cache"},
+        {&args.block_table, "block_table"},   {&args.seq_lens, "seq_lens"},
+        {&args.query_start_loc, "query_start_loc"}, {&args.params.alibi_slopes, "alibi_slopes"},
+        {&args.params.sinks, "sinks"}};
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(args.out, "out", q, "query", true));
+    for (const auto& [t, name] : inputs)
+      if (t->defined()) PAGEDATTN_RETURN_IF_ERROR(require_disjoint(args.out, "out", *t, name, false));
+    if (args.lse.defined()) {
+      PAGEDATTN_RETURN_IF_ERROR(require_disjoint(args.lse, "lse", q, "query", false));
+      PAGEDATTN_RETURN_IF_ERROR(require_disjoint(args.lse, "lse", args.out, "out", false));
+      for (const auto& [t, name] : inputs)
+        if (t->defined()) PAGEDATTN_RETURN_IF_ERROR(require_disjoint(args.lse, "lse", *t, name, false));
+    }
+  }
   if (geometry) *geometry = g;
   return Status::Ok();
 }
@@ -347,6 +445,12 @@ Status write_kv_args(const TensorView& key, const TensorView& value,
   if (key.dtype != value.dtype)
     return invalid(std::string("value.dtype = ") + to_string(value.dtype) +
                    ": expected key.dtype " + to_string(key.dtype));
+  for (const auto& [c, cname] : {std::pair<const TensorView&, const char*>{cache.key, "key_cache"},
+                                 std::pair<const TensorView&, const char*>{cache.value, "value_cache"}}) {
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(c, cname, key, "key", false));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(c, cname, value, "value", false));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(c, cname, slot_mapping, "slot_mapping", false));
+  }
 
   if (host_slots.defined()) {
     PAGEDATTN_RETURN_IF_ERROR(require_ndim(host_slots, "host_slot_mapping", 1));
@@ -399,6 +503,19 @@ Status merge_args(const TensorView& out_a, const TensorView& lse_a, const Tensor
   PAGEDATTN_RETURN_IF_ERROR(require_lse_tensor(lse_b, "lse_b", t, h, dev, true, false));
   if (lse_out.defined())
     PAGEDATTN_RETURN_IF_ERROR(require_lse_tensor(lse_out, "lse_out", t, h, dev, true, true));
+  // Each (token, head) row is read before it is written, so an output may be one of its own
+  // inputs exactly; a partial overlap would read rows another row already overwrote.
+  PAGEDATTN_RETURN_IF_ERROR(require_disjoint(out, "out", out_a, "out_a", true));
+  PAGEDATTN_RETURN_IF_ERROR(require_disjoint(out, "out", out_b, "out_b", true));
+  PAGEDATTN_RETURN_IF_ERROR(require_disjoint(out, "out", lse_a, "lse_a", false));
+  PAGEDATTN_RETURN_IF_ERROR(require_disjoint(out, "out", lse_b, "lse_b", false));
+  if (lse_out.defined()) {
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(lse_out, "lse_out", lse_a, "lse_a", true));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(lse_out, "lse_out", lse_b, "lse_b", true));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(lse_out, "lse_out", out_a, "out_a", false));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(lse_out, "lse_out", out_b, "out_b", false));
+    PAGEDATTN_RETURN_IF_ERROR(require_disjoint(lse_out, "lse_out", out, "out", false));
+  }
   return Status::Ok();
 }
 

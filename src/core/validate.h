@@ -32,6 +32,18 @@ Status require_contiguous(const TensorView& t, const char* name);
 /// results race for one element.
 bool non_overlapping(const TensorView& t);
 Status require_non_overlapping(const TensorView& t, const char* name);
+/// Same data pointer, dtype, shape and strides (of the dimensions longer than 1).
+bool same_view(const TensorView& a, const TensorView& b);
+/// Whether some element of `a` and some element of `b` can share a byte (same device, both
+/// with data). Exact for two views of one geometry where `a` is non-overlapping (e.g. two
+/// tensors interleaved in one packed buffer); conservative (true) otherwise once their byte
+/// spans meet.
+bool share_memory(const TensorView& a, const TensorView& b);
+/// kInvalidArgument naming both tensors when `written` shares memory with `other`, unless
+/// `exact_alias_ok` and they are the same view (in-place use where each row is read before
+/// it is written).
+Status require_disjoint(const TensorView& written, const char* written_name,
+                        const TensorView& other, const char* other_name, bool exact_alias_ok);
 
 // ---- attention ----
 /// Shapes, dtypes, strides and devices of every tensor in `args`, and the scalar params.

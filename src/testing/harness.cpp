@@ -342,7 +342,8 @@ class Comparator {
 std::int64_t first_difference(const std::vector<std::uint8_t>& a,
                               const std::vector<std::uint8_t>& b) {
   if (a.size() != b.size()) return 0;
-  if (std::memcmp(a.data(), b.data(), a.size()) == 0) return -1;
+  // memcmp's pointers must be valid even for length 0, and an empty vector's data() may be null.
+  if (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0) return -1;
   return std::mismatch(a.begin(), a.end(), b.begin()).first - a.begin();
 }
 
