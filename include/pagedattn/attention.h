@@ -57,7 +57,10 @@ struct AttentionArgs {
   /// query_start_loc[num_seqs] == num_tokens. query_len == 0 skips a sequence.
   TensorView query_start_loc;
   /// `[num_tokens, num_heads, head_size]`, same dtype as the query; last dim contiguous; no two
-  /// elements at one address (kInvalidArgument otherwise). May alias the query.
+  /// elements at one address (kInvalidArgument otherwise). May be exactly the query view
+  /// (in place); sharing memory with any input in another way (a shifted or reshaped view of
+  /// the query, a view into the cache) is kInvalidArgument. `lse` must share memory with no
+  /// other argument.
   TensorView out;
   /// Optional `[num_tokens, num_heads]` fp32: natural-log log-sum-exp of each row's logits
   /// (after scale, softcap, ALiBi; including the sink term when sinks are given).
@@ -125,7 +128,9 @@ Status paged_attention(const AttentionArgs& args, const HostMetadata& host, Stre
 /// LSE values must be finite or -inf (+inf and NaN give NaN results).
 /// out_a, out_b, out: `[num_tokens, num_heads, head_size]` fp32/fp16/bf16 (one dtype; last dim
 /// contiguous); lse_a, lse_b: `[num_tokens, num_heads]` fp32; lse_out optional (absent view =
-/// not written). `out` may alias out_a or out_b. Source: the log-sum-exp identity of the
+/// not written). `out` may be exactly the view out_a or out_b, `lse_out` exactly lse_a or
+/// lse_b (in place); any other sharing of memory between an output and an input is
+/// kInvalidArgument. Source: the log-sum-exp identity of the
 /// online softmax (Milakov & Gimelshein 2018; FlashAttention-2 §3.1).
 /// Errors: kInvalidArgument on shape, dtype or device mismatch.
 Status merge_attention_states(const TensorView& out_a, const TensorView& lse_a,
