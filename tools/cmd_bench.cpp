@@ -20,6 +20,15 @@ namespace pagedattn::cli {
 
 namespace {
 
+/// The kernels a call runs: a mixed batch planned on the tiled kernel sends its decode rows
+/// and prefill chunks to the fast paths the choice names.
+std::string kernel_label(const KernelChoice& c) {
+  if (c.kernel != KernelId::kCudaTiled || !(c.decode_rows_fast_path || c.prefill_rows_mma))
+    return to_string(c.kernel);
+  std::string s = c.decode_rows_fast_path ? std::string(to_string(KernelId::kCudaDecodeMMA)) + " + " : "";
+  return s + (c.prefill_rows_mma ? "cuda_prefill_mma" : to_string(KernelId::kCudaTiled));
+}
+
 struct BenchFlags {
   std::string device = "cuda";
   std::string layout = "nhd";
@@ -126,7 +135,7 @@ int run_bench(const BenchFlags& f) {
     fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {}\n", w.name,
                w.description, r->median_us,
                r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
-               r->gbps, r->pct_of_ceiling, r->choice.num_splits, to_string(r->choice.kernel));
+               r->gbps, r->pct_of_ceiling, r->choice.num_splits, kernel_label(r->choice));
     std::fflush(stdout);
     results.push_back(*r);
   }
@@ -161,6 +170,7 @@ int run_bench(const BenchFlags& f) {
     row["gbps"] = r.gbps;
     row["pct_of_ceiling"] = r.pct_of_ceiling;
     row["kernel"] = to_string(r.choice.kernel);
+    row["kernels"] = kernel_label(r.choice);
     row["splits"] = r.choice.num_splits;
     row["tile_tokens"] = r.choice.tile_tokens;
     j["results"].push_back(row);
