@@ -20,13 +20,10 @@ namespace pagedattn::cli {
 
 namespace {
 
-/// The kernels a call runs: a mixed batch planned on the tiled kernel sends its decode rows
-/// and prefill chunks to the fast paths the choice names.
+/// The kernels a call runs, "decode + prefill" when a mixed batch splits its rows.
 std::string kernel_label(const KernelChoice& c) {
-  if (c.kernel != KernelId::kCudaTiled || !(c.decode_rows_fast_path || c.prefill_rows_mma))
-    return to_string(c.kernel);
-  std::string s = c.decode_rows_fast_path ? std::string(to_string(KernelId::kCudaDecodeMMA)) + " + " : "";
-  return s + (c.prefill_rows_mma ? "cuda_prefill_mma" : to_string(KernelId::kCudaTiled));
+  const RowKernels r = row_kernels(c);
+  return r.decode == r.prefill ? r.prefill : r.decode + " + " + r.prefill;
 }
 
 struct BenchFlags {

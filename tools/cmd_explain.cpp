@@ -152,14 +152,12 @@ int run_explain(const ConfigFlags& flags) {
   if (d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled) {
     // Which kernel takes which rows of a mixed batch (the fields above describe `kernel`).
     const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
-    const char* mma = "tensor-core prefill kernel (cuda_prefill_mma)";
-    const char* tiled = to_string(k.kernel);
-    if (any_decode)
-      std::printf("  decode rows        %s\n",
-                  k.decode_rows_fast_path ? to_string(KernelId::kCudaDecodeMMA)
-                                          : (k.prefill_rows_mma ? mma : tiled));
-    if (any_prefill)
-      std::printf("  prefill rows       %s\n", k.prefill_rows_mma ? mma : tiled);
+    const RowKernels rows = row_kernels(k);
+    auto shown = [](const std::string& id) {
+      return id == "cuda_prefill_mma" ? "tensor-core prefill kernel (" + id + ")" : id;
+    };
+    if (any_decode) std::printf("  decode rows        %s\n", shown(rows.decode).c_str());
+    if (any_prefill) std::printf("  prefill rows       %s\n", shown(rows.prefill).c_str());
   }
   std::printf("  reason             %s\n", k.reason.c_str());
   std::printf("writer      %s (cache access %s): %s\n", writer.kernel.c_str(),

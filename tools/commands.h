@@ -9,9 +9,28 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "pagedattn/select.h"
 #include "pagedattn/status.h"
 
 namespace pagedattn::cli {
+
+/// Kernels that run the decode rows and the prefill chunks of a plan. A CUDA plan on the tiled
+/// kernel (a batch with prefill chunks) hands its decode rows to the decode fast path when
+/// `decode_rows_fast_path` and its prefill chunks to the tensor-core prefill kernel
+/// ("cuda_prefill_mma") when `prefill_rows_mma`; decode rows off the fast path go with the
+/// prefill rows. Every other plan runs all rows on `kernel`.
+struct RowKernels {
+  std::string decode, prefill;
+};
+inline RowKernels row_kernels(const KernelChoice& c) {
+  RowKernels r;
+  r.prefill = c.kernel == KernelId::kCudaTiled && c.prefill_rows_mma ? "cuda_prefill_mma"
+                                                                      : to_string(c.kernel);
+  r.decode = c.kernel == KernelId::kCudaTiled && c.decode_rows_fast_path
+                 ? to_string(KernelId::kCudaDecodeMMA)
+                 : r.prefill;
+  return r;
+}
 
 /// Exit statuses (DESIGN.md §7).
 inline constexpr int kExitOk = 0;
