@@ -27,8 +27,7 @@ struct CudaPlan {
   /// configuration above is always planned too, so that run() can take the tiled path for
   /// tensors whose base pointers turn out not to be 16-byte aligned.
   bool decode_mma = false;
-  int decode_chunk = 0;
-  int decode_splits = 1;
+  DecodeMmaConfig decode;
   /// Mixed batch with decode rows on the fast path: tiles of the prefill rows only, and the
   /// decode path's workspace offset (after the tiled path's).
   bool mixed = false;
@@ -254,9 +253,8 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
   if (state->choice.kernel == KernelId::kCudaDecodeMMA) {
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
-      plan->decode_chunk = decode_mma_chunk(problem, info->num_units,
-                                            info->max_shared_memory_per_block,
-                                            state->options.num_splits, &plan->decode_splits);
+      plan->decode = decode_mma_config(problem, info->num_units, info->max_shared_memory_per_block,
+                                       state->options.num_splits);
     }
     // The tiled configuration: the fallback for unaligned pointers, or the path itself when
     // the strides do not allow 16-byte copies.
@@ -271,9 +269,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
              decode_mma_aligned_strides(args)) {
     plan->mixed = true;
     plan->decode_mma = true;
-    plan->decode_chunk = decode_mma_chunk(problem, info->num_units,
-                                          info->max_shared_memory_per_block, 0,
-                                          &plan->decode_splits);
+    plan->decode = decode_mma_config(problem, info->num_units, info->max_shared_memory_per_block, 0);
   } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
     state->choice.decode_rows_fast_path = false;
     state->choice.reason += " (not taken: strides are not multiples of 8 elements)";
@@ -332,7 +328,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
   state->workspace_bytes = plan->workspace.total;
   if (plan->decode_mma) {
     const std::size_t dws =
-        decode_mma_workspace(num_seqs, plan->decode_splits, problem.num_heads, problem.head_size);
+        decode_mma_workspace(num_seqs, plan->decode.num_splits, problem.num_heads, problem.head_size);
     // Mixed: both paths run in one call, so their workspaces must not overlap.
     plan->decode_ws_offset = plan->mixed ? (plan->workspace.total + 255) / 256 * 256 : 0;
     state->workspace_bytes = std::max(state->workspace_bytes, plan->decode_ws_offset + dws);
@@ -352,14 +348,13 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
                       std::to_string(plan.workspace_bytes));
   const bool fast = cp->decode_mma && decode_mma_aligned(args);
   if (fast && !cp->mixed)
-    return decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
-                          workspace, stream);
+    return decode_mma_run(args, plan.geometry.block_size, cp->decode, workspace, stream);
   if (cp->prefill_mma && prefill_mma_aligned(args)) {
     // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
     // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
     if (fast)
       PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
-          args, plan.geometry.block_size, cp->decode_chunk, cp->decode_splits,
+          args, plan.geometry.block_size, cp->decode,
           static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
     return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
                            fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
@@ -369,8 +364,7 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   }
   // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
   if (fast)
-    PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode_chunk,
-                                             cp->decode_splits,
+    PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode,
                                              static_cast<unsigned char*>(workspace) + cp->decode_ws_offset,
                                              stream));
   const int min_query_len = fast ? 2 : 1;

@@ -27,6 +27,9 @@ constexpr int kMinChunkTokens = 64;
 /// waves still let the hardware scheduler even out unequal lengths.
 constexpr int kWaves = 2;
 
+/// Largest thread-block cluster the merge-in-cluster mode uses (the portable cluster size).
+constexpr int kMaxClusterSplits = 8;
+
 struct DecodeParams {
   const void* q;
   std::int64_t q_tok, q_head;
@@ -36,34 +39,47 @@ struct DecodeParams {
   std::int64_t l_tok, l_head;
   const void* k;
   const void* v;
-  // key element (block b, kv head g, token t, 8-element chunk c) at
-  //   b*k_blk + g*k_head + t*k_tok + c*k_chunk (+ 0..7)
-  std::int64_t k_blk, k_head, k_tok, k_chunk;
-  // value, nhd/hnd: the same form; split: b*v_blk + g*v_head + d*v_dim + t
-  std::int64_t v_blk, v_head, v_tok, v_chunk, v_dim;
+  std::int64_t k_head, v_head;  // element strides of one KV head
+  // Byte strides the kernel multiplies in 32 x 32 -> 64 bits (decode_mma_aligned_strides
+  // guarantees that the element strides fit in 31 bits). Key (block b, token t, 16-byte chunk
+  // c) at b*k_blk + t*k_tok + c*k_chunk; value nhd/hnd: b*v_blk + t*v_tok + c*16;
+  // value split: b*v_blk + d*v_dim + 2t.
+  unsigned k_blk, k_tok, k_chunk, v_blk, v_tok, v_dim;
   const int* block_table;
-  std::int64_t bt_seq, bt_blk;
+  std::int64_t bt_seq;
+  int bt_blk;
   const int* seq_lens;
   std::int64_t sl_stride;
   const int* qsl;
   std::int64_t qsl_stride;
   int num_heads, gqa, block_size;
-  float scale, softcap;
+  // A tile advances every token by 64 = step_q blocks + step_r tokens.
+  int step_q, step_r;
+  FastDiv bs_div;
+  float scale, scale_log2, softcap;
   int window;
   const float* alibi;
   std::int64_t alibi_stride;
   const float* sinks;
   std::int64_t sinks_stride;
   int chunk, max_splits;
-  // 32-bit copies of the strides the fast path multiplies per tile (decode_mma_aligned_strides
-  // guarantees they fit) and the block-size divider.
-  int k_blk32, k_tok32, k_chunk32, v_blk32, v_tok32, v_dim32;
-  FastDiv bs_div;
   int num_seqs;
   int work_list;  // 1: CTAs stride over a numbered list of (sequence, split) items
+  int cluster;    // 1: the splits of one (sequence, KV head) form a cluster and merge in DSMEM
   float* part_o;
   float* part_lse;
 };
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// 2^x with flush-to-zero (one MUFU.EX2; 2^-inf = 0). The kernel keeps scores in log2 units
+/// (scale * log2(e) folded into one multiply), as FlashAttention-2 does.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 /// Split range of sequence `s`: keys [valid_lo, end) of split `split`; false if the split or
 /// the sequence has no work. Splits start on 64-token boundaries of absolute positions.
@@ -90,20 +106,67 @@ __device__ __forceinline__ int seq_splits(const DecodeParams& p, int s) {
   return (len - (lo & ~(kDecodeTileTokens - 1)) + p.chunk - 1) / p.chunk;
 }
 
+/// A token's place in the paged cache, (block index in the sequence, offset in the block),
+/// moved one 64-token tile forward by additions: one division per sequence, not per tile.
+struct TokenCursor {
+  int t, blk, off;
+  __device__ __forceinline__ void init(const DecodeParams& p, int tok) {
+    t = tok;
+    blk = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tok)));
+    off = tok - blk * p.block_size;
+  }
+  __device__ __forceinline__ void advance(const DecodeParams& p) {
+    t += kDecodeTileTokens;
+    blk += p.step_q;
+    off += p.step_r;
+    if (off >= p.block_size) {
+      off -= p.block_size;
+      ++blk;
+    }
+  }
+};
+
 /// Work-list mode handles up to 32 lanes x kListPerLane sequences.
 constexpr int kListPerLane = 8;
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+/// Barrier over the CTAs of the cluster; release/acquire order shared-memory writes before it
+/// against DSMEM reads after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                   : "memory");
+}
+/// Load a float from the shared memory of CTA `rank` of the cluster (same offset as `p`).
+__device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 
 // Orientation: the MMAs compute S^T = K Q^T and O^T += V^T P^T, so the 16 MMA rows are 16
 // tokens and the 8 MMA columns are query heads of the GQA group (NT = 1 for groups of up to 8,
 // 2 for up to 16). Against "heads in the 16 rows" this halves the MMAs, exponentials and
 // accumulator registers of a typical group of 4-8 heads. P^T reaches the second MMA through
 // movmatrix (an 8x8 transpose in registers) instead of shared memory.
+// Two CTAs per SM (head 128) / three (head 64): shared memory allows no more, so the register
+// budget may grow to 255 / 170 per thread; addresses are then kept in registers instead of
+// being recomputed per tile.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
     decode_mma_kernel(const DecodeParams p) {
   constexpr int TOK = kDecodeTileTokens;
   constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
-  constexpr int TILE = TOK * HEAD;
+  // nhd/hnd tiles: token rows padded by 16 bytes, so that the 8 rows an ldmatrix phase reads
+  // fall in 8 different bank groups and every address is a register plus an immediate.
+  constexpr int PITCH = SPLIT ? HEAD : HEAD + 8;
+  constexpr unsigned PB = PITCH * 2;           // bytes per token row
+  constexpr unsigned TILE_B = TOK * PITCH * 2;  // bytes per K (or V) tile
   constexpr int KSTEPS = HEAD / 16;
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
@@ -111,60 +174,106 @@ __global__ void __launch_bounds__(kDecodeThreads)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_work[2];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + NH * HEAD;
-  T* sV = sK + STAGES * TILE;
+  const unsigned sK = smem_addr(sQ + NH * HEAD);
+  const unsigned sV = sK + STAGES * TILE_B;
 
-  const int g = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int bs = p.block_size;
-  const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
-  const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
-  // Shared-memory tile layouts. nhd/hnd: token rows of HEAD elements, 16-byte chunks
-  // XOR-swizzled. split: the global layout's contiguous runs stay contiguous, so that every 8
-  // lanes of a cp.async fill one 128-byte line (a transposing copy costs 4x the shared-memory
-  // wavefronts): keys [chunk][token][8] (8 consecutive tokens of one chunk = the 128 bytes an
-  // ldmatrix phase reads), values [warp slice][dim][16 tokens] with the two 8-token halves
-  // swapped on dims with bit 2 set (8 consecutive dims of one half fall in 8 bank groups).
-  auto k_at = [](int r, int c) { return SPLIT ? (c * TOK + r) * 8 : swz(r, c, HEAD); };
-  auto v_split_at = [](int w, int d, int h) { return (w * HEAD + d) * 16 + ((h ^ ((d >> 2) & 1)) << 3); };
+  const bool mods = p.softcap > 0.f || p.alibi != nullptr;
+
+  // Per-lane shared-memory addresses (stage 0); a stage adds a multiple of TILE_B and every
+  // other offset is an immediate.
+  //   nhd/hnd copies: 8 lanes per token row (whole 128-byte lines per copy instruction), rows
+  //     lane/8 + 4i of the warp's 16, chunks lane%8 + 8j.
+  //   split copies: keys [chunk][token][8] (lane%16 = token, chunks lane/16 + 2k: 16 tokens of
+  //     one chunk are contiguous in the cache), values [warp][dim][16 tokens] with the two
+  //     8-token halves swapped on dims with bit 2 set (lane%2 = half, dims lane/2 + 16k).
+  unsigned k_dst, v_dst, k_ld, v_ld;
+  if constexpr (!SPLIT) {
+    k_dst = sK + (warp * 16 + (lane >> 3)) * PB + (lane & 7) * 16;
+    v_dst = k_dst + STAGES * TILE_B;
+    k_ld = sK + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * PB + (lane >> 4) * 16;
+    v_ld = sV + (warp * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * PB + ((lane >> 3) & 1) * 16;
+  } else {
+    k_dst = sK + ((lane >> 4) * TOK + warp * 16 + (lane & 15)) * 16;
+    const int d0 = lane >> 1, h = lane & 1;
+    v_dst = sV + (warp * HEAD + d0) * 32 + ((h ^ ((d0 >> 2) & 1)) << 4);
+    k_ld = sK + ((lane >> 4) * TOK + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * 16;
+    const int d1 = (lane & 7) + ((lane >> 3) & 1) * 8;
+    v_ld = sV + (warp * HEAD + d1) * 32 + (((lane >> 4) ^ ((d1 >> 2) & 1)) << 4);
+  }
 
   // Work-list mode (skewed batches): the (sequence, split) items of all sequences are numbered
-  // in order and the CTAs of one KV head stride over them, so no CTA is launched for a split a
-  // short sequence does not have. Warp 0 keeps each lane's sequences' split counts.
+  // and the CTAs stride over them, so no CTA is launched for a split a short sequence does not
+  // have. Full-length splits come first and each sequence's last (usually shorter) split after
+  // them, and the KV head is the fastest grid dimension, so the longest items start first and
+  // the short ones fill the gaps at the end (longest-processing-time-first order). Warp 0 keeps
+  // each lane's sequences' split counts; the two counts are scanned packed in one integer
+  // (full << 10 | last, at most 256 last items).
   int cnt[kListPerLane];
-  int lane_first = 0, lane_items = 0, total_items = 0, per_lane = 0;
+  int lane_first = 0, lane_full = 0, lane_last = 0, total_full = 0, total_items = 0, per_lane = 0;
   if (p.work_list && warp == 0) {
     per_lane = (p.num_seqs + 31) >> 5;
 #pragma unroll
     for (int i = 0; i < kListPerLane; ++i) {
       const int s = lane * per_lane + i;
       cnt[i] = (i < per_lane && s < p.num_seqs) ? seq_splits(p, s) : 0;
-      lane_items += cnt[i];
+      lane_full += max(cnt[i] - 1, 0);
+      lane_last += cnt[i] > 0 ? 1 : 0;
     }
-    int x = lane_items;
+    const int mine = (lane_full << 10) | lane_last;
+    int x = mine;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int y = __shfl_up_sync(0xffffffffu, x, o);
       if (lane >= o) x += y;
     }
-    lane_first = x - lane_items;
-    total_items = __shfl_sync(0xffffffffu, x, 31);
+    lane_first = x - mine;
+    const int total = __shfl_sync(0xffffffffu, x, 31);
+    total_full = total >> 10;
+    total_items = total_full + (total & 1023);
   }
+  const int g = p.work_list ? blockIdx.x : blockIdx.y;
+  const int item0 = p.work_list ? blockIdx.y : blockIdx.x;
+  const int item_stride = p.work_list ? gridDim.y : gridDim.x;
 
-  for (int item = blockIdx.x;; item += gridDim.x) {
+  const char* kbase = static_cast<const char*>(p.k) + static_cast<std::int64_t>(g) * p.k_head * 2;
+  const char* vbase = static_cast<const char*>(p.v) + static_cast<std::int64_t>(g) * p.v_head * 2;
+
+  for (int item = item0;; item += item_stride) {
     int s, split;
     if (p.work_list) {
       if (warp == 0) {
-        if (item >= lane_first && item < lane_first + lane_items) {
-          int r = item - lane_first, found = -1, fsplit = 0;
+        const int first_full = lane_first >> 10, first_last = lane_first & 1023;
+        int found = -1, fsplit = 0;
+        if (item < total_full) {
+          int r = item - first_full;
+          if (r >= 0 && r < lane_full) {
 #pragma unroll
-          for (int i = 0; i < kListPerLane; ++i) {
-            if (found < 0 && r < cnt[i]) {
-              found = lane * per_lane + i;
-              fsplit = r;
+            for (int i = 0; i < kListPerLane; ++i) {
+              const int full = max(cnt[i] - 1, 0);
+              if (found < 0 && r < full) {
+                found = lane * per_lane + i;
+                fsplit = r;
+              }
+              r -= full;
             }
-            r -= cnt[i];
           }
+        } else {
+          int r = item - total_full - first_last;
+          if (r >= 0 && r < lane_last) {
+#pragma unroll
+            for (int i = 0; i < kListPerLane; ++i) {
+              if (cnt[i] > 0) {
+                if (found < 0 && r == 0) {
+                  found = lane * per_lane + i;
+                  fsplit = cnt[i] - 1;
+                }
+                --r;
+              }
+            }
+          }
+        }
+        if (found >= 0) {
           s_work[0] = found;
           s_work[1] = fsplit;
         }
@@ -175,150 +284,29 @@ __global__ void __launch_bounds__(kDecodeThreads)
       split = s_work[1];
       if (s < 0) break;
     } else {
-      if (item != static_cast<int>(blockIdx.x)) break;  // one item per CTA
+      if (item != item0) break;  // one item per CTA
       s = blockIdx.z;
       split = blockIdx.x;
     }
     const int q0 = p.qsl[s * p.qsl_stride];
-    const int len = p.seq_lens[s * p.sl_stride];
-    int start, valid_lo, end, nsplit;
-    if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1 ||
-        !split_range(p, len, split, &start, &valid_lo, &end, &nsplit)) {
+    if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) {
+      // Not a decode row: uniform over a cluster (its CTAs share the sequence).
       __syncthreads();  // s_work is rewritten for the next item
+      continue;
+    }
+    const int len = p.seq_lens[s * p.sl_stride];
+    int start = 0, valid_lo = 0, end = 0, nsplit = 0;
+    const bool has_work = split_range(p, len, split, &start, &valid_lo, &end, &nsplit);
+    if (!has_work && !p.cluster) {
+      __syncthreads();
       continue;
     }
     const int q_pos = len - 1;
     const int* bt = p.block_table + static_cast<std::int64_t>(s) * p.bt_seq;
+    // Opaque to the compiler: otherwise it re-forms s * bt_seq (a 64-bit multiply) in every
+    // block-table load of the tile loop.
+    asm("" : "+l"(bt));
 
-    // Query rows of the GQA group (rows >= gqa are zero and never written back).
-    for (int i = tid; i < NH * CH; i += kDecodeThreads) {
-      const int r = i / CH, c = i % CH;
-      const bool ok = r < p.gqa;
-      const T* src = static_cast<const T*>(p.q);
-      if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
-                     static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + c * 8;
-      cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
-    }
-    cp_async_commit();
-
-    // Each thread owns one key row of every tile (nhd/hnd: half of token tid/2's head row;
-    // split: token tid%64), so the block-table entry it needs for tile n+1 is fetched into a
-    // register while tile n computes: the copies never wait on a block-table load. Addresses
-    // are one 32x32->64-bit multiply-add per row and tile (strides fit in 32 bits, checked on
-    // the host) plus immediate offsets per 16-byte copy: the copy side must stay a small
-    // fraction of the instructions per byte.
-    // Every warp copies exactly the 16 token rows it computes on (tokens warp*16 .. +15 of each
-    // tile), so it waits for its own copies only: no CTA barrier per tile, and a slow warp
-    // never stalls the others. Each lane's rows of a tile are fixed by its lane index, so the
-    // block-table entries it needs for tile n+1 are fetched into registers while tile n
-    // computes. Addresses are one 32x32->64-bit multiply-add per row and tile (strides fit in
-    // 32 bits, checked on the host) plus immediate offsets per 16-byte copy.
-    //   nhd/hnd: 8 lanes per token row (each copy instruction moves whole 128-byte lines),
-    //            rows lane/8 + 4i;
-    //   split:   keys: lane%16 = token, lane/16 + 2k = 16-byte chunk (16 tokens of one chunk
-    //            are contiguous); values: lane%2 = 8-token chunk, lane/2 + 16k = head dim.
-    constexpr int NR = SPLIT ? 1 : 4;  // key rows per lane
-    int kid[NR], koff[NR];   // physical block (-1 = masked) and in-block offset of each row
-    int vid = -1, voff = 0;  // split values: the lane's 8-token chunk
-    const std::int64_t bt_blk = p.bt_blk;
-    auto fetch_ids = [&](int tile) {
-      const int tw0 = start + tile * TOK + warp * 16;
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        const int t = tw0 + (SPLIT ? (lane & 15) : (lane >> 3) + 4 * i);
-        const bool ok = t >= valid_lo && t < end;
-        const int q = static_cast<int>(p.bs_div.div(static_cast<unsigned>(t)));
-        kid[i] = ok ? bt[q * bt_blk] : -1;
-        koff[i] = t - q * bs;
-      }
-      if constexpr (SPLIT) {
-        const int tt = tw0 + (lane & 1) * 8;
-        const bool any = tt + 8 > valid_lo && tt < end;
-        const int qv = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tt)));
-        vid = any ? bt[qv * bt_blk] : -1;
-        voff = tt - qv * bs;
-      }
-    };
-    auto issue_tile = [&](int tile, int stage) {
-      T* dk = sK + stage * TILE;
-      T* dv = sV + stage * TILE;
-      if constexpr (!SPLIT) {
-        const int q = lane & 7;
-#pragma unroll
-        for (int i = 0; i < NR; ++i) {
-          const int r = warp * 16 + (lane >> 3) + 4 * i;
-          const bool ok = kid[i] >= 0;
-          const T* ks = kbase + (ok ? static_cast<std::int64_t>(kid[i]) * p.k_blk32 + koff[i] * p.k_tok32 : 0) + q * 8;
-          const T* vs = vbase + (ok ? static_cast<std::int64_t>(kid[i]) * p.v_blk32 + koff[i] * p.v_tok32 : 0) + q * 8;
-          const int bytes = ok ? 16 : 0;
-#pragma unroll
-          for (int j = 0; j < CH / 8; ++j) {
-            cp_async16(smem_addr(dk + swz(r, q + j * 8, HEAD)), ks + j * 64, bytes);
-            cp_async16(smem_addr(dv + swz(r, q + j * 8, HEAD)), vs + j * 64, bytes);
-          }
-        }
-      } else {
-        const int r = warp * 16 + (lane & 15);
-        const int c0 = lane >> 4;
-        const bool ok = kid[0] >= 0;
-        const T* ks = kbase + (ok ? static_cast<std::int64_t>(kid[0]) * p.k_blk32 + koff[0] * p.k_tok32 : 0) +
-                      static_cast<std::int64_t>(c0) * p.k_chunk32;
-        const std::int64_t kstep = ok ? std::int64_t{2} * p.k_chunk32 : 0;
-#pragma unroll
-        for (int k = 0; k < CH / 2; ++k) {
-          cp_async16(smem_addr(dk + k_at(r, c0 + 2 * k)), ks, ok ? 16 : 0);
-          ks += kstep;
-        }
-        // Value rows are head dims with tokens contiguous: a 16-byte chunk = 8 tokens of one
-        // dim, inside one block because block_size % 8 == 0. Bytes at or past seq_len are
-        // zero-filled (the tail of the last block may hold anything, NaN included).
-        const int j = lane & 1;
-        const int tt = start + tile * TOK + warp * 16 + j * 8;
-        const int bytes = vid >= 0 ? 2 * min(8, len - tt) : 0;
-        const int d0 = lane >> 1;
-        const T* vs = vbase + (vid >= 0 ? static_cast<std::int64_t>(vid) * p.v_blk32 +
-                                              static_cast<std::int64_t>(d0) * p.v_dim32 + voff
-                                        : 0);
-        const std::int64_t vstep = vid >= 0 ? std::int64_t{16} * p.v_dim32 : 0;
-#pragma unroll
-        for (int k = 0; k < HEAD / 16; ++k) {
-          cp_async16(smem_addr(dv + v_split_at(warp, d0 + 16 * k, j)), vs, bytes);
-          vs += vstep;
-        }
-      }
-    };
-
-    const int ntiles = (end - start + TOK - 1) / TOK;
-#pragma unroll
-    for (int st = 0; st < STAGES - 1; ++st) {
-      fetch_ids(st);
-      issue_tile(st, st);
-      cp_async_commit();
-    }
-    fetch_ids(STAGES - 1);
-    cp_async_wait<STAGES - 1>();  // the query group
-    __syncthreads();
-
-    // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
-    // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
-    unsigned qf[NT][KSTEPS / 2][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < KSTEPS / 2; ++j)
-        ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
-
-    // Columns of this thread in the fragments: heads nt*8 + 2*(lane%4) + b.
-    float slope[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int r = nt * 8 + 2 * (lane & 3) + b;
-        slope[nt][b] = (p.alibi != nullptr && r < p.gqa)
-                           ? p.alibi[static_cast<std::int64_t>(g * p.gqa + r) * p.alibi_stride]
-                           : 0.f;
-      }
     float m_run[NT][2], l_run[NT][2];
     float o[DT][NT][4];
 #pragma unroll
@@ -329,34 +317,150 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int i = 0; i < DT; ++i) o[i][nt][0] = o[i][nt][1] = o[i][nt][2] = o[i][nt][3] = 0.f;
     }
 
-    for (int it = 0; it < ntiles; ++it) {
-      cp_async_wait<STAGES - 2>();
-      __syncwarp();  // the warp's own rows of tile `it` have landed; its reads of tile it-1 are done
-      {
-        // Tiles past the end have every row masked: their copies read nothing.
-        const int nt = it + STAGES - 1;
-        if (nt < ntiles) issue_tile(nt, nt % STAGES);
-        cp_async_commit();
-        if (nt + 1 < ntiles) fetch_ids(nt + 1);
+    if (has_work) {
+      // Query rows of the GQA group (rows >= gqa are zero and never written back).
+      for (int i = tid; i < NH * CH; i += kDecodeThreads) {
+        const int r = i / CH, c = i % CH;
+        const bool ok = r < p.gqa;
+        const T* src = static_cast<const T*>(p.q);
+        if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
+                       static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + c * 8;
+        cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
       }
-      const int stage = it % STAGES;
-      const T* K = sK + stage * TILE;
-      const T* V = sV + stage * TILE;
-      const int tw = start + it * TOK + warp * 16;  // first token of this warp's 16
-      if (tw + 16 <= valid_lo || tw >= end) continue;
+      cp_async_commit();
 
-      // S^T (16 tokens x NH heads); two accumulators halve the dependent MMA chain.
-      float sc[NT][4], sc2[NT][4];
+      // Every warp copies exactly the 16 token rows it computes on (tokens warp*16 .. +15 of
+      // each tile), so it waits for its own copies only: no CTA barrier per tile, and a slow
+      // warp never stalls the others. Each lane's rows of a tile are fixed by its lane index,
+      // so the block-table entries it needs for tile n+1 are fetched into registers while tile
+      // n computes (the copies never wait on a block-table load), and the lane's cursors step
+      // from tile to tile by additions. Masked rows keep block 0 / offset 0 (a valid address)
+      // and copy zero bytes.
+      constexpr int NR = SPLIT ? 1 : 4;  // key rows per lane
+      TokenCursor kc[NR], vc;
+      int kid[NR], koff[NR];
+      bool kok[NR];
+      int vid = 0, voff = 0, vbytes = 0;
+      {
+        const int tw0 = start + warp * 16;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) kc[i].init(p, tw0 + (SPLIT ? (lane & 15) : (lane >> 3) + 4 * i));
+        if constexpr (SPLIT) vc.init(p, tw0 + (lane & 1) * 8);
+      }
+      const unsigned range = static_cast<unsigned>(end - valid_lo);
+      auto fetch_ids = [&]() {
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          const bool ok = static_cast<unsigned>(kc[i].t - valid_lo) < range;
+          kid[i] = ok ? __ldg(bt + kc[i].blk * p.bt_blk) : 0;
+          koff[i] = ok ? kc[i].off : 0;
+          kok[i] = ok;
+          kc[i].advance(p);
+        }
+        if constexpr (SPLIT) {
+          // A value chunk is 8 tokens of one head dim, inside one block (block_size % 8 == 0);
+          // bytes at or past seq_len are zero-filled (the tail of the last block may hold
+          // anything, NaN included).
+          const bool any = vc.t + 8 > valid_lo && vc.t < end;
+          vid = any ? __ldg(bt + vc.blk * p.bt_blk) : 0;
+          voff = any ? vc.off : 0;
+          vbytes = any ? 2 * min(8, len - vc.t) : 0;
+          vc.advance(p);
+        }
+      };
+      auto issue_tile = [&](int stage) {
+        const unsigned kd = k_dst + stage * TILE_B;
+        if constexpr (!SPLIT) {
+#pragma unroll
+          for (int i = 0; i < NR; ++i) {
+            const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.k_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.k_tok + (lane & 7) * 16;
+            const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.v_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 7) * 16;
+            const int bytes = kok[i] ? 16 : 0;
+#pragma unroll
+            for (int j = 0; j < CH / 8; ++j) {
+              cp_async16(kd + i * 4 * PB + j * 128, ks + j * 128, bytes);
+              cp_async16(kd + STAGES * TILE_B + i * 4 * PB + j * 128, vs + j * 128, bytes);
+            }
+          }
+        } else {
+          const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[0])) * p.k_blk +
+                           static_cast<std::uint64_t>(static_cast<unsigned>(koff[0])) * p.k_tok +
+                           static_cast<std::uint64_t>(lane >> 4) * p.k_chunk;
+          const int kbytes = kok[0] ? 16 : 0;
+#pragma unroll
+          for (int k = 0; k < CH / 2; ++k)
+            cp_async16(kd + k * 2 * TOK * 16, ks + static_cast<std::uint64_t>(2 * k) * p.k_chunk, kbytes);
+          const unsigned vd = v_dst + stage * TILE_B;
+          const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
+                           static_cast<std::uint64_t>(lane >> 1) * p.v_dim + voff * 2;
+#pragma unroll
+          for (int k = 0; k < HEAD / 16; ++k)
+            cp_async16(vd + k * 16 * 32, vs + static_cast<std::uint64_t>(16 * k) * p.v_dim, vbytes);
+        }
+      };
+
+      const int ntiles = (end - start + TOK - 1) / TOK;
+#pragma unroll
+      for (int st = 0; st < STAGES - 1; ++st) {
+        fetch_ids();
+        // Tiles past the end have every row masked: their copies read nothing.
+        issue_tile(st);
+        cp_async_commit();
+      }
+      fetch_ids();
+      cp_async_wait<STAGES - 1>();  // the query group
+      __syncthreads();
+
+      // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
+      // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+      unsigned qf[NT][KSTEPS / 2][4];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
-      {
-        const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        for (int j = 0; j < KSTEPS / 2; ++j)
+          ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+
+      // Columns of this thread in the fragments: heads nt*8 + 2*(lane%4) + b.
+      float slope[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int r = nt * 8 + 2 * (lane & 3) + b;
+          slope[nt][b] = (p.alibi != nullptr && r < p.gqa)
+                             ? p.alibi[static_cast<std::int64_t>(g * p.gqa + r) * p.alibi_stride]
+                             : 0.f;
+        }
+
+      int stage = 0, issue_stage = STAGES - 1;
+      for (int it = 0; it < ntiles; ++it) {
+        cp_async_wait<STAGES - 2>();
+        __syncwarp();  // the warp's own rows of tile `it` have landed; its reads of tile it-1 are done
+        {
+          const int nt = it + STAGES - 1;
+          if (nt < ntiles) issue_tile(issue_stage);
+          cp_async_commit();
+          if (nt + 1 < ntiles) fetch_ids();
+          issue_stage = issue_stage == STAGES - 1 ? 0 : issue_stage + 1;
+        }
+        const unsigned kst = k_ld + stage * TILE_B;
+        const unsigned vst = v_ld + stage * TILE_B;
+        stage = stage == STAGES - 1 ? 0 : stage + 1;
+        const int tw = start + it * TOK + warp * 16;  // first token of this warp's 16
+        if (tw + 16 <= valid_lo || tw >= end) continue;
+
+        // S^T (16 tokens x NH heads); two accumulators halve the dependent MMA chain.
+        float sc[NT][4], sc2[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
           unsigned a[4];
-          ldmatrix_x4(a, smem_addr(K + k_at(r, ks * 2 + (lane >> 4))));
+          ldmatrix_x4(a, kst + (SPLIT ? ks * 2 * TOK * 16 : ks * 32));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
@@ -365,96 +469,99 @@ __global__ void __launch_bounds__(kDecodeThreads)
             else mma16816<T>(sc[nt], a, b0, b1);
           }
         }
-      }
 
-      // Element e of a fragment: token tw + lane/4 + 8*(e/2), head column 2*(lane%4) + e%2.
-      // Masking and ALiBi cost per-element instructions, so they run only where needed (the
-      // branches are warp-uniform).
-      const bool edge = tw < valid_lo || tw + 16 > end;
-      float mx[NT][2];
+        // Element e of a fragment: token tw + lane/4 + 8*(e/2), head column 2*(lane%4) + e%2.
+        // Scores in log2 units. Softcap, ALiBi and masking cost per-element instructions, so
+        // they run only where needed (the branches are warp-uniform).
+        const bool edge = tw < valid_lo || tw + 16 > end;
+        float mx[NT][2];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        mx[nt][0] = mx[nt][1] = -INFINITY;
+        for (int nt = 0; nt < NT; ++nt) {
+          mx[nt][0] = mx[nt][1] = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int b = e & 1;
-          const int j = tw + (lane >> 2) + (e >> 1) * 8;
-          float z = (sc[nt][e] + sc2[nt][e]) * p.scale;
-          if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-          if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(j - q_pos);
-          if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
-          sc[nt][e] = z;
-          mx[nt][b] = fmaxf(mx[nt][b], z);
+          for (int e = 0; e < 4; ++e) {
+            const int b = e & 1;
+            const int j = tw + (lane >> 2) + (e >> 1) * 8;
+            float z = sc[nt][e] + sc2[nt][e];
+            if (mods) {
+              z *= p.scale;
+              if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
+              if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(j - q_pos);
+              z *= kLog2e;
+            } else {
+              z *= p.scale_log2;
+            }
+            if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
+            sc[nt][e] = z;
+            mx[nt][b] = fmaxf(mx[nt][b], z);
+          }
         }
-      }
-      float corr[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          float m = mx[nt][b];
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-          const float m_new = fmaxf(m_run[nt][b], m);
-          // Guard the all-masked case: exp(-inf - -inf) would be NaN.
-          corr[nt][b] = m_new == -INFINITY ? 1.f : __expf(m_run[nt][b] - m_new);
-          m_run[nt][b] = m_new;
-        }
-      unsigned pb[NT][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float pv[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float m = m_run[nt][e & 1];
-          pv[e] = m == -INFINITY ? 0.f : __expf(sc[nt][e] - m);
-        }
-        l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
-        l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
-        // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
-        pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
-        pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
-      }
-      // Once the running maxima settle (after a few tiles, typically) no accumulator needs
-      // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
-      bool moved = false;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
-      if (__any_sync(0xffffffffu, moved)) {
+        float corr[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int i = 0; i < DT; ++i) {
-            o[i][nt][0] *= corr[nt][0];
-            o[i][nt][1] *= corr[nt][1];
-            o[i][nt][2] *= corr[nt][0];
-            o[i][nt][3] *= corr[nt][1];
+          for (int b = 0; b < 2; ++b) {
+            float m = mx[nt][b];
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+            const float m_new = fmaxf(m_run[nt][b], m);
+            // Guard the all-masked case: -inf - -inf would be NaN.
+            corr[nt][b] = m_new == -INFINITY ? 1.f : ex2(m_run[nt][b] - m_new);
+            m_run[nt][b] = m_new;
           }
-      }
+        unsigned pb[NT][2];
 #pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        // A fragment of V^T (16 dims x 16 tokens).
-        unsigned a[4];
-        if constexpr (SPLIT) {
-          const int d = dt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-          ldmatrix_x4(a, smem_addr(V + v_split_at(warp, d, lane >> 4)));
-        } else {
-          const int r = warp * 16 + (lane & 7) + ((lane >> 4) & 1) * 8;
-          ldmatrix_x4_trans(a, smem_addr(V + swz(r, dt * 2 + ((lane >> 3) & 1), HEAD)));
+        for (int nt = 0; nt < NT; ++nt) {
+          float pv[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float m = m_run[nt][e & 1];
+            pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
+          }
+          l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
+          l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
+          // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
+          pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
+          pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
+        }
+        // Once the running maxima settle (after a few tiles, typically) no accumulator needs
+        // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
+        bool moved = false;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
+        if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < DT; ++i) {
+              o[i][nt][0] *= corr[nt][0];
+              o[i][nt][1] *= corr[nt][1];
+              o[i][nt][2] *= corr[nt][0];
+              o[i][nt][3] *= corr[nt][1];
+            }
         }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
+        for (int dt = 0; dt < DT; ++dt) {
+          // A fragment of V^T (16 dims x 16 tokens).
+          unsigned a[4];
+          if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
+          else ldmatrix_x4_trans(a, vst + dt * 32);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
+        }
       }
+      cp_async_wait<0>();
     }
-    cp_async_wait<0>();
     __syncthreads();
 
-    // Merge the four warps' states (fixed order: deterministic).
+    // Merge the four warps' states (fixed order: deterministic). Maxima in log2 units.
     float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
     float* red_l = red_m + 4 * NH;                      // [4][NH]
     float* fin = red_l + 4 * NH;                        // [2][NH]: M, L per head
     float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
+    float* cl_o = so + 4 * NH * SO_PITCH;               // cluster mode: [gqa][HEAD] acc / L
+    float* cl_lse = cl_o + NH * HEAD;                   // cluster mode: [gqa] natural-log LSE
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -479,13 +586,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
-        f[nt][b] = m_run[nt][b] == -INFINITY ? 0.f : __expf(m_run[nt][b] - M);
+        f[nt][b] = m_run[nt][b] == -INFINITY ? 0.f : ex2(m_run[nt][b] - M);
         if (warp == 0 && lane < 4) {
           float L = 0.f;
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
             const float mw = red_m[w * NH + h];
-            if (mw != -INFINITY) L += red_l[w * NH + h] * __expf(mw - M);
+            if (mw != -INFINITY) L += red_l[w * NH + h] * ex2(mw - M);
           }
           fin[h] = M;
           fin[NH + h] = L;
@@ -503,7 +610,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         }
     __syncthreads();
 
-    const bool single = nsplit == 1;
+    const bool single = nsplit == 1 && !p.cluster;
     const std::int64_t part_row =
         (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;
     for (int i = tid; i < p.gqa * HEAD; i += kDecodeThreads) {
@@ -512,25 +619,74 @@ __global__ void __launch_bounds__(kDecodeThreads)
       float acc = 0.f;
 #pragma unroll
       for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + d];
-      float M = fin[r], L = fin[NH + r];
-      if (single) {
+      // A split without keys (cluster mode only) has L = 0 and M = -inf: weight 0 below.
+      const float L = fin[NH + r];
+      const float M = fin[r] * kLn2;  // natural-log units from here on
+      const float part_lse = L > 0.f ? M + __logf(L) : -INFINITY;
+      const float part = L > 0.f ? acc / L : 0.f;
+      if (p.cluster) {
+        cl_o[i] = part;
+        if (d == 0) cl_lse[r] = part_lse;
+      } else if (single) {
+        float Ms = M, Ls = L;
         if (p.sinks != nullptr) {
           const float sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
-          const float M2 = fmaxf(M, sk);
-          acc *= __expf(M - M2);
-          L = L * __expf(M - M2) + __expf(sk - M2);
-          M = M2;
+          const float M2 = fmaxf(Ms, sk);
+          acc *= __expf(Ms - M2);
+          Ls = Ls * __expf(Ms - M2) + __expf(sk - M2);
+          Ms = M2;
         }
         T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
                  static_cast<std::int64_t>(h) * p.o_head;
-        out[d] = float_to_elem<T>(acc / L);
+        store_rounded(out + d, acc / Ls);
         if (d == 0 && p.lse != nullptr)
           p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-              M + __logf(L);
+              Ms + __logf(Ls);
       } else {
-        p.part_o[(part_row + h) * HEAD + d] = acc / L;
-        if (d == 0) p.part_lse[part_row + h] = M + __logf(L);
+        p.part_o[(part_row + h) * HEAD + d] = part;
+        if (d == 0) p.part_lse[part_row + h] = part_lse;
       }
+    }
+    if (p.cluster) {
+      // The splits of this (sequence, KV head) are the CTAs of the cluster: after the barrier
+      // every CTA combines a share of the (head, dim) outputs from all splits' shared memory
+      // (fixed order: deterministic), and the second barrier keeps each CTA's shared memory
+      // alive until the others have read it.
+      cluster_sync();
+      const unsigned csize = static_cast<unsigned>(p.max_splits);
+      const unsigned rank = cluster_rank();
+      for (int i = static_cast<int>(rank) * kDecodeThreads + tid; i < p.gqa * HEAD;
+           i += kDecodeThreads * static_cast<int>(csize)) {
+        const int r = i / HEAD, d = i % HEAD;
+        const int h = g * p.gqa + r;
+        float lse_k[kMaxClusterSplits];
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          lse_k[k] = k < static_cast<int>(csize) ? ld_dsmem(cl_lse + r, k) : -INFINITY;
+          M = fmaxf(M, lse_k[k]);
+        }
+        float sk = -INFINITY;
+        if (p.sinks != nullptr) {
+          sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+          M = fmaxf(M, sk);
+        }
+        float den = sk == -INFINITY ? 0.f : __expf(sk - M), acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          if (lse_k[k] == -INFINITY) continue;
+          const float w = __expf(lse_k[k] - M);
+          den += w;
+          acc += w * ld_dsmem(cl_o + i, k);
+        }
+        T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
+                 static_cast<std::int64_t>(h) * p.o_head;
+        store_rounded(out + d, acc / den);
+        if (d == 0 && p.lse != nullptr)
+          p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
+              M + __logf(den);
+      }
+      cluster_sync();
     }
     __syncthreads();  // the next item reuses shared memory and s_work
   }
@@ -584,7 +740,7 @@ __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p
   const float den = total[1];
   T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
            static_cast<std::int64_t>(h) * p.o_head;
-  out[d] = float_to_elem<T>(acc / den);
+  store_rounded(out + d, acc / den);
   if (d == 0 && p.lse != nullptr)
     p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
         total[0] + __logf(den);
@@ -594,6 +750,7 @@ __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p
 struct DecodeGrid {
   int num_splits, num_kv_heads, num_seqs;
   int list_ctas;  // > 0: work-list mode with this many CTAs per KV head
+  bool cluster;   // the splits of each (sequence, KV head) form one cluster and merge in it
 };
 
 template <class T, int HEAD, bool SPLIT, int NT>
@@ -606,8 +763,24 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   // it is legal during graph capture, and cheap enough to repeat.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                  "decode_mma: cudaFuncSetAttribute");
-  const dim3 grid = gr.list_ctas > 0 ? dim3(gr.list_ctas, gr.num_kv_heads, 1)
+  const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
+  if (gr.cluster) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kDecodeThreads);
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(gr.num_splits);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    PA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, p), "decode_mma: cluster launch");
+    return Status::Ok();
+  }
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
@@ -662,10 +835,15 @@ bool decode_mma_aligned_strides(const AttentionArgs& args) {
     for (int d = 0; d + 1 < v->ndim; ++d)
       if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
   }
-  // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits).
+  // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits) and
+  // block-table offsets (block index x column stride) in 32 bits.
   for (const TensorView* v : {&args.cache.key, &args.cache.value})
     for (int d = 0; d < v->ndim; ++d)
       if (v->strides[d] < 0 || v->strides[d] > INT32_MAX) return false;
+  const TensorView& bt = args.block_table;
+  if (bt.ndim == 2 && bt.shape[1] > 1 &&
+      (bt.strides[1] < 0 || bt.strides[1] > INT32_MAX / (bt.shape[1] - 1)))
+    return false;
   return true;
 }
 
@@ -697,7 +875,13 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   } else {
     const std::int64_t target = std::max<std::int64_t>(
         kMinChunkTokens, total * pr.num_kv_heads / (slots * kWaves));
-    const std::int64_t n = std::max<std::int64_t>(1, (longest + target / 2) / target);
+    std::int64_t n = std::max<std::int64_t>(1, (longest + target / 2) / target);
+    // A batch whose CTAs fit in one wave of slots is latency-bound: with at most
+    // kMaxClusterSplits splits they merge inside a thread-block cluster (no merge kernel and no
+    // partial results in global memory), which is worth more than twice the splits.
+    const std::int64_t ctas = std::int64_t{std::max(1, pr.batch.num_decode_seqs)} * pr.num_kv_heads;
+    if (n > kMaxClusterSplits && n <= 2 * kMaxClusterSplits && ctas * n <= slots)
+      n = kMaxClusterSplits;
     chunk = std::max<std::int64_t>(kMinChunkTokens,
                                    round_up((longest + n - 1) / n, kDecodeTileTokens));
   }
@@ -711,6 +895,19 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   return static_cast<int>(chunk);
 }
 
+DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, int num_units,
+                                  std::int64_t max_smem_per_block, int forced_splits) {
+  DecodeMmaConfig c;
+  c.chunk_tokens = decode_mma_chunk(pr, num_units, max_smem_per_block, forced_splits, &c.num_splits);
+  // Each sequence has ceil(range / chunk) <= range / chunk + 1 splits, and the ranges add up
+  // to at most total_kv_tokens.
+  const std::int64_t seqs = std::max(1, pr.batch.num_decode_seqs);
+  c.max_items = std::min<std::int64_t>(seqs * c.num_splits,
+                                       pr.batch.total_kv_tokens / c.chunk_tokens + seqs);
+  c.max_items = std::max<std::int64_t>(1, c.max_items);
+  return c;
+}
+
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size) {
   if (num_splits <= 1) return 0;
   const std::size_t rows = static_cast<std::size_t>(num_seqs) * num_splits * num_heads;
@@ -718,8 +915,10 @@ std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, in
   return lse_bytes + rows * head_size * sizeof(float);
 }
 
-Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_tokens,
-                      int num_splits, void* workspace, Stream stream) {
+Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMmaConfig& config,
+                      void* workspace, Stream stream) {
+  const int chunk_tokens = config.chunk_tokens;
+  const int num_splits = config.num_splits;
   const KVCache& c = args.cache;
   DecodeParams p{};
   p.q = args.query.data;
@@ -737,30 +936,29 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
   p.v = c.value.data;
   const std::int64_t* ks = c.key.strides;
   const std::int64_t* vs = c.value.strides;
+  // Byte strides (decode_mma_aligned_strides: element strides in [0, 2^31), so twice fits in
+  // 32 unsigned bits).
+  auto b32 = [](std::int64_t elems) { return static_cast<unsigned>(elems * 2); };
   switch (c.layout) {
     case KVLayout::kSplit:  // key [b, g, d/x, t, x], value [b, g, d, t]
-      p.k_blk = ks[0]; p.k_head = ks[1]; p.k_chunk = ks[2]; p.k_tok = ks[3];
-      p.v_blk = vs[0]; p.v_head = vs[1]; p.v_dim = vs[2]; p.v_tok = 1; p.v_chunk = 0;
+      p.k_blk = b32(ks[0]); p.k_head = ks[1]; p.k_chunk = b32(ks[2]); p.k_tok = b32(ks[3]);
+      p.v_blk = b32(vs[0]); p.v_head = vs[1]; p.v_dim = b32(vs[2]); p.v_tok = 2;
       break;
     case KVLayout::kNHD:  // [b, t, g, d]
-      p.k_blk = ks[0]; p.k_tok = ks[1]; p.k_head = ks[2]; p.k_chunk = 8;
-      p.v_blk = vs[0]; p.v_tok = vs[1]; p.v_head = vs[2]; p.v_chunk = 8;
+      p.k_blk = b32(ks[0]); p.k_tok = b32(ks[1]); p.k_head = ks[2]; p.k_chunk = 16;
+      p.v_blk = b32(vs[0]); p.v_tok = b32(vs[1]); p.v_head = vs[2];
       break;
     case KVLayout::kHND:  // [b, g, t, d]
-      p.k_blk = ks[0]; p.k_head = ks[1]; p.k_tok = ks[2]; p.k_chunk = 8;
-      p.v_blk = vs[0]; p.v_head = vs[1]; p.v_tok = vs[2]; p.v_chunk = 8;
+      p.k_blk = b32(ks[0]); p.k_head = ks[1]; p.k_tok = b32(ks[2]); p.k_chunk = 16;
+      p.v_blk = b32(vs[0]); p.v_head = vs[1]; p.v_tok = b32(vs[2]);
       break;
   }
-  p.k_blk32 = static_cast<int>(p.k_blk);
-  p.k_tok32 = static_cast<int>(p.k_tok);
-  p.k_chunk32 = static_cast<int>(p.k_chunk);
-  p.v_blk32 = static_cast<int>(p.v_blk);
-  p.v_tok32 = static_cast<int>(p.v_tok);
-  p.v_dim32 = static_cast<int>(p.v_dim);
   p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
+  p.step_q = kDecodeTileTokens / block_size;
+  p.step_r = kDecodeTileTokens % block_size;
   p.block_table = static_cast<const int*>(args.block_table.data);
   p.bt_seq = args.block_table.strides[0];
-  p.bt_blk = args.block_table.strides[1];
+  p.bt_blk = static_cast<int>(args.block_table.strides[1]);
   p.seq_lens = static_cast<const int*>(args.seq_lens.data);
   p.sl_stride = args.seq_lens.strides[0];
   p.qsl = static_cast<const int*>(args.query_start_loc.data);
@@ -773,6 +971,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;
   p.scale = args.params.scale;
+  p.scale_log2 = args.params.scale * kLog2e;
   p.softcap = args.params.softcap;
   p.window = args.params.sliding_window;
   if (args.params.alibi_slopes.defined()) {
@@ -796,20 +995,27 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_token
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0};
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, false};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
   // of them), and each costs a scheduling slot.
   if (num_splits >= 8 && num_seqs > 1 && num_seqs <= 32 * kListPerLane) {
-    int sms = 0;
-    PA_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                          args.query.device.index),
-                   "decode_mma: cudaDeviceGetAttribute(SM count)");
-    const std::int64_t items = static_cast<std::int64_t>(num_seqs) * num_splits;
-    const std::int64_t ctas = (std::int64_t{sms} * 2 * kWaves + num_kv_heads - 1) / num_kv_heads;
-    gr.list_ctas = static_cast<int>(std::max<std::int64_t>(1, std::min(items, ctas)));
+    // One CTA per item (the split choice keeps them to about kWaves waves plus one per
+    // sequence), so that the hardware scheduler balances them in longest-first order; a CTA
+    // that finds no item exits after the scan. gridDim.y is at most 65535: CTAs stride.
+    const std::int64_t items =
+        std::min<std::int64_t>(static_cast<std::int64_t>(num_seqs) * num_splits, config.max_items);
+    gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
     p.work_list = 1;
+  } else if (num_splits >= 2 && num_splits <= kMaxClusterSplits) {
+    // Thread-block clusters need compute capability 9.0.
+    int major = 0;
+    PA_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                          args.query.device.index),
+                   "decode_mma: cudaDeviceGetAttribute(compute capability)");
+    gr.cluster = major >= 9;
+    p.cluster = gr.cluster ? 1 : 0;
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)

@@ -38,9 +38,10 @@ inline constexpr int kDecodeThreads = 128;
 /// each CTA keeps tens of KB in flight).
 inline int decode_mma_stages(int head_size) { return head_size <= 64 ? 4 : 3; }
 
-/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles) plus the query rows.
+/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 token rows, each
+/// row padded by 16 bytes against bank conflicts) plus 16 query rows.
 inline std::int64_t decode_mma_smem_bytes(int head_size) {
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * 2;  // 16-bit elements
+  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * (head_size + 8) * 2;  // 16-bit elements
   return decode_mma_stages(head_size) * 2 * tile + 16 * head_size * 2;
 }
 
@@ -72,12 +73,26 @@ bool decode_mma_aligned(const AttentionArgs& args);
 int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits);
 
+/// The decode kernel's cut of one batch (decode_mma_config).
+struct DecodeMmaConfig {
+  int chunk_tokens = 0;  // split size, a multiple of kDecodeTileTokens
+  int num_splits = 1;    // most splits of one sequence
+  /// Upper bound of the (sequence, split) items of the batch the plan was made for: the CTAs
+  /// per KV head that work-list mode launches. A replay with longer sequences stays correct
+  /// (the CTAs stride over the items), only less balanced.
+  std::int64_t max_items = 1;
+};
+
+/// decode_mma_chunk plus the work-item bound, from the plan's problem.
+DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, int num_units,
+                                  std::int64_t max_smem_per_block, int forced_splits);
+
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);
 
 /// Launch the decode kernel (and the merge when any sequence has more than one split).
 /// Arguments validated and matching the plan; no allocation, no synchronisation.
-Status decode_mma_run(const AttentionArgs& args, int block_size, int chunk_tokens,
-                      int num_splits, void* workspace, Stream stream);
+Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMmaConfig& config,
+                      void* workspace, Stream stream);
 
 }  // namespace pagedattn::cuda
