@@ -905,6 +905,12 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, int num_units,
   c.max_items = std::min<std::int64_t>(seqs * c.num_splits,
                                        pr.batch.total_kv_tokens / c.chunk_tokens + seqs);
   c.max_items = std::max<std::int64_t>(1, c.max_items);
+  const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
+  const std::int64_t per_sm =
+      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
+  c.cluster_merge = c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
+                    ctas <= std::int64_t{std::max(1, num_units)} * per_sm;
   return c;
 }
 
@@ -1008,7 +1014,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
         std::min<std::int64_t>(static_cast<std::int64_t>(num_seqs) * num_splits, config.max_items);
     gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
     p.work_list = 1;
-  } else if (num_splits >= 2 && num_splits <= kMaxClusterSplits) {
+  } else if (config.cluster_merge && num_splits >= 2 && num_splits <= kMaxClusterSplits) {
     // Thread-block clusters need compute capability 9.0.
     int major = 0;
     PA_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,

@@ -81,6 +81,11 @@ struct DecodeMmaConfig {
   /// per KV head that work-list mode launches. A replay with longer sequences stays correct
   /// (the CTAs stride over the items), only less balanced.
   std::int64_t max_items = 1;
+  /// The splits of each (sequence, KV head) merge inside one thread-block cluster (2-8 splits,
+  /// all CTAs in one wave: a latency-bound call, where the merge kernel's launch and memory
+  /// round trips are most of the time). Batches of several waves keep the merge kernel:
+  /// measured on the H200, clusters there cost 3-4% (co-scheduling constraints).
+  bool cluster_merge = false;
 };
 
 /// decode_mma_chunk plus the work-item bound, from the plan's problem.
