@@ -7,17 +7,21 @@
 //    <= 16 query heads) in the 8 or 16 columns of m16n8k16 tensor-core MMAs, so each K/V byte
 //    is read from HBM exactly once per step; P^T reaches the second MMA through movmatrix;
 //  - K/V tiles of 64 tokens move HBM -> shared memory with 16-byte cp.async (whole 128-byte
-//    lines per copy instruction) in a 3-stage (head 128) / 4-stage (head 64) pipeline; each
-//    token maps to (block_table[t / block_size], t % block_size) with a multiply-shift
-//    division, so block size and tile size are independent and padded pages cost nothing;
+//    lines per copy instruction) in a 3-stage (head 128) / 4-stage (head 64) pipeline; nhd/hnd
+//    tile rows are padded by 16 bytes so that ldmatrix is conflict-free and every shared-memory
+//    address is a register plus an immediate; each token's (block, offset) comes from a per-lane
+//    cursor stepped by additions (one division per sequence), so block size and tile size are
+//    independent and padded pages cost nothing;
 //  - every warp copies and computes its own 16 tokens of each tile, so it waits only for its
-//    own copies (no CTA barrier per tile), and keeps its own online-softmax state; the four
-//    states are merged in shared memory at the end of the split;
+//    own copies (no CTA barrier per tile), and keeps its own online-softmax state (log2 units);
+//    the four states are merged in shared memory at the end of the split;
 //  - the KV range of each sequence is cut into splits of `chunk_tokens` (a multiple of 64)
-//    chosen from the batch's total work and the device's CTA slots (about two waves); batches
-//    with many splits and up to 256 sequences number their (sequence, split) items so that no
-//    CTA is launched for a split a short sequence lacks; sequences that need one split write
-//    their output directly, the others go through a deterministic log-sum-exp merge kernel.
+//    chosen from the batch's total work and the device's CTA slots (about two waves; one wave
+//    for small batches); batches with many splits and up to 256 sequences number their
+//    (sequence, split) items, longest first, one CTA each, so that no CTA is launched for a split
+//    a short sequence lacks; sequences that need one split write their output directly; the
+//    splits of a one-wave call merge inside a thread-block cluster through distributed shared
+//    memory, the others through a deterministic log-sum-exp merge kernel.
 #pragma once
 
 #include <cstddef>

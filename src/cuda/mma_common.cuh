@@ -74,17 +74,6 @@ __device__ __forceinline__ unsigned pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<unsigned*>(&v);
 }
 
-template <class T>
-__device__ __forceinline__ T float_to_elem(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 float_to_elem<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half float_to_elem<__half>(float v) {
-  return __float2half_rn(v);
-}
-
 /// Row `r`, 16-byte chunk `c` of a shared tile whose rows hold `row_elems` 16-bit elements.
 /// The chunk index is XOR-swizzled with the row so that the 8 rows an ldmatrix phase reads
 /// fall in 8 different bank groups.
