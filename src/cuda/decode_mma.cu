@@ -128,6 +128,18 @@ struct TokenCursor {
   }
 };
 
+/// Output row of query token q0, head h: element d rounded to T, and the row's LSE (natural
+/// log) from the thread of element 0 when the caller asked for it.
+template <class T>
+__device__ __forceinline__ void store_output(const DecodeParams& p, int q0, int h, int d, float v,
+                                             float lse) {
+  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
+           static_cast<std::int64_t>(h) * p.o_head;
+  store_rounded(out + d, v);
+  if (d == 0 && p.lse != nullptr)
+    p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] = lse;
+}
+
 /// Work-list mode handles up to 32 lanes x kListPerLane sequences.
 constexpr int kListPerLane = 8;
 
@@ -638,12 +650,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
           Ls = Ls * __expf(Ms - M2) + __expf(sk - M2);
           Ms = M2;
         }
-        T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
-                 static_cast<std::int64_t>(h) * p.o_head;
-        store_rounded(out + d, acc / Ls);
-        if (d == 0 && p.lse != nullptr)
-          p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-              Ms + __logf(Ls);
+        store_output<T>(p, q0, h, d, acc / Ls, Ms + __logf(Ls));
       } else {
         p.part_o[(part_row + h) * HEAD + d] = part;
         if (d == 0) p.part_lse[part_row + h] = part_lse;
@@ -681,12 +688,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
           den += w;
           acc += w * ld_dsmem(cl_o + i, k);
         }
-        T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
-                 static_cast<std::int64_t>(h) * p.o_head;
-        store_rounded(out + d, acc / den);
-        if (d == 0 && p.lse != nullptr)
-          p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-              M + __logf(den);
+        store_output<T>(p, q0, h, d, acc / den, M + __logf(den));
       }
       cluster_sync();
     }
@@ -740,12 +742,7 @@ __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p
   for (int i = 0; i < nsplit; ++i)
     acc += weight[i] * p.part_o[(base + static_cast<std::int64_t>(i) * p.num_heads) * HEAD + d];
   const float den = total[1];
-  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
-           static_cast<std::int64_t>(h) * p.o_head;
-  store_rounded(out + d, acc / den);
-  if (d == 0 && p.lse != nullptr)
-    p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] =
-        total[0] + __logf(den);
+  store_output<T>(p, q0, h, d, acc / den, total[0] + __logf(den));
 }
 
 /// Launch geometry of one call.
