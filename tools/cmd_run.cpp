@@ -206,9 +206,12 @@ Json json_report(const serving::ReplayReport& r) {
 }
 
 void print_header(const serving::ReplayReport& r) {
-  std::printf("pagedattn run: %lld requests of trace %s (%s, %lld records) on %s (%s)\n",
+  // The device's name only when it says more than its id ("cuda:0 (NVIDIA H200)", "cpu").
+  const bool named = !r.device_name.empty() && r.device_name != r.device;
+  std::printf("pagedattn run: %lld requests of trace %s (%s, %lld records) on %s%s%s%s\n",
               static_cast<long long>(r.requests), r.trace_name.c_str(), r.trace_path.c_str(),
-              static_cast<long long>(r.trace_records), r.device.c_str(), r.device_name.c_str());
+              static_cast<long long>(r.trace_records), r.device.c_str(), named ? " (" : "",
+              named ? r.device_name.c_str() : "", named ? ")" : "");
 }
 
 void print_report(const serving::ReplayReport& r) {

@@ -39,8 +39,14 @@ Result<DeviceInfo> query_device(int index) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // clear a non-sticky error
-    return unavailable(std::string("no usable CUDA device: ") + cudaGetErrorName(err) + " (" +
-                       cudaGetErrorString(err) + ")");
+    // Without a GPU the runtime reports an "insufficient" driver: say that either may be the
+    // cause, since the plain runtime text points at a driver upgrade.
+    const std::string why = err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+                                ? "no NVIDIA driver or GPU found, or the driver is older than "
+                                  "this CUDA runtime needs"
+                                : cudaGetErrorString(err);
+    return unavailable(std::string("no usable CUDA device: ") + why + " (" +
+                       cudaGetErrorName(err) + ")");
   }
   if (count == 0) return unavailable("no CUDA device present");
   if (index < 0 || index >= count)
