@@ -37,6 +37,10 @@ namespace pagedattn::cuda {
 /// KV tokens per pipeline stage of the decode kernel.
 inline constexpr int kDecodeTileTokens = 64;
 inline constexpr int kDecodeThreads = 128;
+/// Most splits of one sequence (the merge kernel keeps one weight per split in shared memory).
+inline constexpr int kMaxDecodeSplits = 512;
+/// Largest thread-block cluster the merge-in-cluster mode uses (the portable cluster size).
+inline constexpr int kMaxClusterSplits = 8;
 
 /// Stages of the cp.async pipeline for a head size (more stages for smaller tiles, so that
 /// each CTA keeps tens of KB in flight).

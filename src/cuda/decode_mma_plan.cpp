@@ -1,0 +1,154 @@
+// Host-side rules of the CUDA decode fast path (decode_mma.h): support, alignment, the split
+// choice and the workspace. Compiled in every build (with or without CUDA), so that selection,
+// `explain` and the unit tests see the one rule the kernels run with.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "src/cuda/decode_mma.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+constexpr int kMinChunkTokens = 64;
+/// CTA-slot "waves" the split choice aims at. Measured on the H200 (W1-W6, 1/2/4/8 waves):
+/// two waves is best: longer CTAs pay their pipeline fill and epilogue less often, and two
+/// waves still let the hardware scheduler even out unequal lengths.
+constexpr int kWaves = 2;
+/// Longest split of a one-wave cut that still beats the two-wave cut of a small batch.
+constexpr int kShortChunkTokens = 512;
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
+
+}  // namespace
+
+bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
+  if (pr.batch.num_prefill_seqs > 0) {
+    if (why_not) *why_not = "the batch has prefill chunks";
+    return false;
+  }
+  return decode_mma_rows_supported(pr, why_not);
+}
+
+bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
+  auto no = [&](const char* why) {
+    if (why_not) *why_not = why;
+    return false;
+  };
+  if (pr.device.type != DeviceType::kCUDA) return no("not a CUDA device");
+  if (pr.batch.num_decode_seqs == 0) return no("the batch has no decode rows");
+  if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
+    return no("query dtype is not fp16/bf16");
+  if (pr.cache_dtype != pr.q_dtype) return no("cache dtype differs from the query dtype");
+  if (pr.head_size != 64 && pr.head_size != 128) return no("head_size is not 64 or 128");
+  if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
+  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
+    return no("split layout with block_size % 8 != 0");
+  if (pr.batch.num_seqs > 65535) return no("more than 65535 sequences");
+  return true;
+}
+
+bool decode_mma_aligned_strides(const AttentionArgs& args) {
+  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
+  for (const TensorView* v : views) {
+    for (int d = 0; d + 1 < v->ndim; ++d)
+      if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
+  }
+  // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits) and
+  // block-table offsets (block index x column stride) in 32 bits.
+  for (const TensorView* v : {&args.cache.key, &args.cache.value})
+    for (int d = 0; d < v->ndim; ++d)
+      if (v->strides[d] < 0 || v->strides[d] > INT32_MAX) return false;
+  const TensorView& bt = args.block_table;
+  if (bt.ndim == 2 && bt.shape[1] > 1 &&
+      (bt.strides[1] < 0 || bt.strides[1] > INT32_MAX / (bt.shape[1] - 1)))
+    return false;
+  return true;
+}
+
+bool decode_mma_aligned(const AttentionArgs& args) {
+  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
+  for (const TensorView* v : views)
+    if (!aligned16(v->data)) return false;
+  return decode_mma_aligned_strides(args);
+}
+
+int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
+                     int forced_splits, int* num_splits) {
+  const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
+  // CTAs per SM by shared memory (1 KB reserved per CTA by the hardware), at most 4.
+  const std::int64_t per_sm =
+      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  const std::int64_t slots = std::max<std::int64_t>(1, num_units) * per_sm;
+  // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
+  std::int64_t longest = std::max(1, pr.batch.max_seq_len);
+  std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
+  if (pr.sliding_window > 0) {
+    longest = std::min<std::int64_t>(longest, pr.sliding_window + kDecodeTileTokens - 1);
+    total = std::min<std::int64_t>(total, longest * std::max(1, pr.batch.num_decode_seqs));
+  }
+  auto round_up = [](std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; };
+  std::int64_t chunk;
+  if (forced_splits > 0) {
+    chunk = round_up((longest + forced_splits - 1) / forced_splits, kDecodeTileTokens);
+  } else {
+    const std::int64_t target = std::max<std::int64_t>(
+        kMinChunkTokens, total * pr.num_kv_heads / (slots * kWaves));
+    std::int64_t n = std::max<std::int64_t>(1, (longest + target / 2) / target);
+    const std::int64_t ctas = std::int64_t{std::max(1, pr.batch.num_decode_seqs)} * pr.num_kv_heads;
+    // A small batch cut for two waves gets CTAs only a few tiles long, whose pipeline fill and
+    // merge then dominate: when every (sequence, KV head) fits in one wave and the one-wave cut
+    // still gives short splits, cut for one wave. Measured on the H200 (one sequence of 4096
+    // per batch entry, 8 KV heads): batch 1 26.0 -> 21.2 us, 2: 34.0 -> 29.1, 4: 43.3 -> 39.5;
+    // batch 8 (one-wave splits of 1024 tokens) went 59.3 -> 63.2, hence the bound.
+    if (ctas <= slots && ctas * n > slots) {
+      const std::int64_t n1 = std::max<std::int64_t>(1, slots / ctas);
+      if ((longest + n1 - 1) / n1 <= kShortChunkTokens) n = n1;
+    }
+    // A batch whose CTAs fit in one wave of slots is latency-bound: with at most
+    // kMaxClusterSplits splits they merge inside a thread-block cluster (no merge kernel and no
+    // partial results in global memory), which is worth more than twice the splits.
+    if (n > kMaxClusterSplits && n <= 2 * kMaxClusterSplits && ctas * n <= slots)
+      n = kMaxClusterSplits;
+    chunk = std::max<std::int64_t>(kMinChunkTokens,
+                                   round_up((longest + n - 1) / n, kDecodeTileTokens));
+  }
+  chunk = std::max<std::int64_t>(
+      chunk, round_up((longest + kMaxDecodeSplits - 1) / kMaxDecodeSplits, kDecodeTileTokens));
+  chunk = std::min<std::int64_t>(chunk, round_up(longest, kDecodeTileTokens));
+  chunk = std::max<std::int64_t>(chunk, kDecodeTileTokens);
+  // The kernel cuts [lo rounded down to 64, seq_len) into ceil(range / chunk) splits; a window
+  // start inside a tile adds at most one tile to the range, which `longest` already counts.
+  *num_splits = static_cast<int>((longest + chunk - 1) / chunk);
+  return static_cast<int>(chunk);
+}
+
+DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, int num_units,
+                                  std::int64_t max_smem_per_block, int forced_splits) {
+  DecodeMmaConfig c;
+  c.chunk_tokens = decode_mma_chunk(pr, num_units, max_smem_per_block, forced_splits, &c.num_splits);
+  // Each sequence has ceil(range / chunk) <= range / chunk + 1 splits, and the ranges add up
+  // to at most total_kv_tokens.
+  const std::int64_t seqs = std::max(1, pr.batch.num_decode_seqs);
+  c.max_items = std::min<std::int64_t>(seqs * c.num_splits,
+                                       pr.batch.total_kv_tokens / c.chunk_tokens + seqs);
+  c.max_items = std::max<std::int64_t>(1, c.max_items);
+  const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
+  const std::int64_t per_sm =
+      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
+  c.cluster_merge = c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
+                    ctas <= std::int64_t{std::max(1, num_units)} * per_sm;
+  return c;
+}
+
+std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size) {
+  if (num_splits <= 1) return 0;
+  const std::size_t rows = static_cast<std::size_t>(num_seqs) * num_splits * num_heads;
+  const std::size_t lse_bytes = (rows * sizeof(float) + 255) / 256 * 256;
+  return lse_bytes + rows * head_size * sizeof(float);
+}
+
+}  // namespace pagedattn::cuda

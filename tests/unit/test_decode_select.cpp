@@ -1,0 +1,172 @@
+// The split choice of the CUDA decode fast path (src/cuda/decode_mma.h): host code compiled in
+// every build, checked on a synthetic H200. The cuts of the benchmark workloads are pinned to
+// the ones measured in docs/performance.md, and random batches check the invariants the
+// kernels rely on: no sequence needs more splits than the workspace holds, the work-list bound
+// covers every item, and the cluster merge is chosen only where it was measured to pay.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+#include "src/cuda/decode_mma.h"
+
+namespace pagedattn::cuda {
+namespace {
+
+constexpr std::int64_t kH200Smem = 232448;  // opt-in bytes per block on sm_90
+constexpr int kH200Units = 132;
+
+ProblemDesc decode_problem(const std::vector<int>& seq_lens, int heads, int kv_heads, int head) {
+  ProblemDesc p;
+  p.device = Device::cuda(0);
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_size = head;
+  p.q_dtype = p.cache_dtype = DType::kBFloat16;
+  p.layout = KVLayout::kNHD;
+  p.block_size = 16;
+  p.num_blocks = 1 << 20;
+  p.access = CacheAccess::kNative;
+  p.batch.num_seqs = p.batch.num_decode_seqs = static_cast<int>(seq_lens.size());
+  p.batch.num_tokens = p.batch.num_seqs;
+  p.batch.max_query_len = 1;
+  p.batch.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  p.batch.total_kv_tokens = std::accumulate(seq_lens.begin(), seq_lens.end(), std::int64_t{0});
+  return p;
+}
+
+/// Splits of one sequence as the kernel cuts it (decode_mma.cu, split_range).
+int kernel_splits(int len, int window, int chunk) {
+  const int lo = window > 0 ? std::max(0, len - window) : 0;
+  const int lo_al = lo & ~(kDecodeTileTokens - 1);
+  return (len - lo_al + chunk - 1) / chunk;
+}
+
+/// CTA slots of the synthetic H200 for a head size (shared memory allows 2 CTAs of head 128,
+/// 3 of head 64).
+std::int64_t slots(int head) {
+  return std::int64_t{kH200Units} * ((kH200Smem + 1024) / (decode_mma_smem_bytes(head) + 1024));
+}
+
+TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
+  struct Case {
+    const char* name;
+    std::vector<int> lens;
+    int head;
+    int splits;
+    bool cluster;
+  };
+  std::vector<int> w6(64, 512);
+  w6[0] = 32768;
+  auto uniform = [](int n, int len) { return std::vector<int>(n, len); };
+  const Case cases[] = {
+      {"W1", uniform(64, 4096), 128, 1, false},
+      {"W2", uniform(128, 2048), 64, 1, false},
+      {"W3", uniform(1, 131072), 128, 64, false},
+      {"W6", w6, 128, 32, false},
+      // Latency-bound: one wave, so the splits merge inside a cluster.
+      {"W7", uniform(1, 1024), 128, 8, true},
+      // Small batches cut for one wave while the splits stay <= 512 tokens.
+      {"batch-1", uniform(1, 4096), 128, 32, false},
+      {"batch-2", uniform(2, 4096), 128, 8, true},
+      {"batch-4", uniform(4, 4096), 128, 8, true},
+      // Here the one-wave cut would give 1024-token splits (measured slower): two waves.
+      {"batch-8", uniform(8, 4096), 128, 8, false},
+      {"batch-16", uniform(16, 4096), 128, 4, false},
+      {"batch-32", uniform(32, 4096), 128, 2, false},
+  };
+  for (const Case& c : cases) {
+    const ProblemDesc p = decode_problem(c.lens, 32, 8, c.head);
+    const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, 0);
+    EXPECT_EQ(cfg.num_splits, c.splits) << c.name;
+    EXPECT_EQ(cfg.cluster_merge, c.cluster) << c.name;
+    // select_kernel reports the same cut (explain and bench print it).
+    DeviceInfo info;
+    info.device = Device::cuda(0);
+    info.num_units = kH200Units;
+    info.cc_major = 9;
+    info.max_shared_memory_per_block = kH200Smem;
+    auto choice = select_kernel(p, info, PlanOptions{});
+    if (!choice.ok()) {
+      // A build without the CUDA backend cannot select CUDA kernels.
+      EXPECT_EQ(choice.status().code(), StatusCode::kDeviceUnavailable) << c.name;
+      continue;
+    }
+    EXPECT_EQ(choice->kernel, KernelId::kCudaDecodeMMA) << c.name;
+    EXPECT_EQ(choice->num_splits, c.splits) << c.name;
+  }
+}
+
+TEST(DecodeMmaSplits, ForcedSplitsCutTheLongestSequence) {
+  const ProblemDesc p = decode_problem({3000, 1, 700}, 32, 8, 128);
+  for (int forced : {1, 2, 3, 5, 8, 47}) {
+    const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, forced);
+    EXPECT_EQ(cfg.chunk_tokens % kDecodeTileTokens, 0);
+    EXPECT_EQ(cfg.num_splits, forced) << forced;
+  }
+  // More splits than 64-token tiles: one tile each.
+  const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, 1000);
+  EXPECT_EQ(cfg.chunk_tokens, kDecodeTileTokens);
+  EXPECT_EQ(cfg.num_splits, (3000 + 63) / 64);
+}
+
+TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
+  std::mt19937 rng(20261129);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int heads_kv[][2] = {{32, 8}, {16, 16}, {64, 4}, {8, 1}, {40, 5}};
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = pick(0, 3) == 0 ? pick(1, 4) : pick(1, 300);
+    const int max_len = 1 << pick(0, 17);
+    std::vector<int> lens(n);
+    for (int& l : lens) l = pick(1, max_len);
+    const int* hk = heads_kv[pick(0, 4)];
+    const int head = pick(0, 1) ? 64 : 128;
+    ProblemDesc p = decode_problem(lens, hk[0], hk[1], head);
+    p.sliding_window = pick(0, 2) == 0 ? pick(1, 5000) : 0;
+    const int forced = pick(0, 4) == 0 ? pick(1, 600) : 0;
+    const int units = pick(0, 3) == 0 ? pick(1, 200) : kH200Units;
+    const DecodeMmaConfig cfg = decode_mma_config(p, units, kH200Smem, forced);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(n) + " seqs, max " +
+                 std::to_string(p.batch.max_seq_len) + ", window " +
+                 std::to_string(p.sliding_window) + ", forced " + std::to_string(forced));
+    ASSERT_GE(cfg.chunk_tokens, kDecodeTileTokens);
+    ASSERT_EQ(cfg.chunk_tokens % kDecodeTileTokens, 0);
+    ASSERT_GE(cfg.num_splits, 1);
+    ASSERT_LE(cfg.num_splits, kMaxDecodeSplits);
+    std::int64_t items = 0;
+    for (int len : lens) {
+      const int s = kernel_splits(len, p.sliding_window, cfg.chunk_tokens);
+      // The workspace holds num_splits partial rows per sequence: the kernel must never cut a
+      // sequence into more.
+      ASSERT_LE(s, cfg.num_splits) << "len " << len;
+      items += s;
+    }
+    // The work-list grid launches max_items CTAs per KV head; the bound must cover every item
+    // (the CTAs would stride otherwise: correct, but unbalanced).
+    EXPECT_GE(cfg.max_items, items);
+    EXPECT_LE(cfg.max_items, std::int64_t{n} * cfg.num_splits);
+    if (cfg.cluster_merge) {
+      EXPECT_GE(cfg.num_splits, 2);
+      EXPECT_LE(cfg.num_splits, kMaxClusterSplits);
+      const std::int64_t per_sm = std::clamp<std::int64_t>(
+          (kH200Smem + 1024) / (decode_mma_smem_bytes(head) + 1024), 1, 4);
+      EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits, std::int64_t{units} * per_sm);
+    }
+    EXPECT_EQ(decode_mma_workspace(n, cfg.num_splits, hk[0], head) > 0, cfg.num_splits > 1);
+  }
+}
+
+TEST(DecodeMmaSplits, SharedMemoryFitsTwoOrThreeCtasPerSm) {
+  // The occupancy the kernels' launch bounds assume: 2 CTAs of head 128, 3 of head 64.
+  EXPECT_EQ(slots(128), 2 * kH200Units);
+  EXPECT_EQ(slots(64), 3 * kH200Units);
+  EXPECT_LE(decode_mma_smem_bytes(128), kH200Smem);
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
