@@ -7,6 +7,7 @@
 #include <string>
 
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/mma_alignment.h"
 
 namespace pagedattn::cuda {
 
@@ -19,8 +20,6 @@ constexpr int kMinChunkTokens = 64;
 constexpr int kWaves = 2;
 /// Longest split of a one-wave cut that still beats the two-wave cut of a small batch.
 constexpr int kShortChunkTokens = 512;
-
-bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
 
 }  // namespace
 
@@ -51,11 +50,7 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
 }
 
 bool decode_mma_aligned_strides(const AttentionArgs& args) {
-  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
-  for (const TensorView* v : views) {
-    for (int d = 0; d + 1 < v->ndim; ++d)
-      if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
-  }
+  if (!mma_copy_aligned_strides(args)) return false;
   // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits) and
   // block-table offsets (block index x column stride) in 32 bits.
   for (const TensorView* v : {&args.cache.key, &args.cache.value})
@@ -69,10 +64,7 @@ bool decode_mma_aligned_strides(const AttentionArgs& args) {
 }
 
 bool decode_mma_aligned(const AttentionArgs& args) {
-  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
-  for (const TensorView* v : views)
-    if (!aligned16(v->data)) return false;
-  return decode_mma_aligned_strides(args);
+  return mma_copy_aligned_pointers(args) && decode_mma_aligned_strides(args);
 }
 
 int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,

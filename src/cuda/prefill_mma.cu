@@ -540,25 +540,7 @@ Status launch_layout(const PrefillParams& p, KVLayout layout, int stages, std::i
                 "prefill_mma: no kernel for " + std::to_string(stages) + " stages");
 }
 
-bool aligned16(const void* ptr) { return (reinterpret_cast<std::uintptr_t>(ptr) & 15u) == 0; }
-
 }  // namespace
-
-bool prefill_mma_aligned_strides(const AttentionArgs& args) {
-  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
-  for (const TensorView* v : views) {
-    for (int d = 0; d + 1 < v->ndim; ++d)
-      if (v->shape[d] > 1 && v->strides[d] % 8 != 0) return false;
-  }
-  return true;
-}
-
-bool prefill_mma_aligned(const AttentionArgs& args) {
-  const TensorView* views[] = {&args.query, &args.out, &args.cache.key, &args.cache.value};
-  for (const TensorView* v : views)
-    if (!aligned16(v->data)) return false;
-  return prefill_mma_aligned_strides(args);
-}
 
 Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
                        std::int64_t row_tiles, int min_query_len, void* workspace, Stream stream) {

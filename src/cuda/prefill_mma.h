@@ -31,6 +31,7 @@
 #include "pagedattn/attention.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
+#include "src/cuda/mma_alignment.h"
 
 namespace pagedattn::cuda {
 
@@ -114,10 +115,14 @@ inline std::size_t prefill_mma_workspace(int num_seqs) {
 
 /// True when every stride (except the innermost) of the query, output and both caches is a
 /// multiple of 8 elements, as 16-byte cp.async and 16-byte output stores need (plan time).
-bool prefill_mma_aligned_strides(const AttentionArgs& args);
+inline bool prefill_mma_aligned_strides(const AttentionArgs& args) {
+  return mma_copy_aligned_strides(args);
+}
 /// prefill_mma_aligned_strides and 16-byte aligned base pointers of those tensors (run time;
 /// an unaligned call takes the planned tiled kernel for every row).
-bool prefill_mma_aligned(const AttentionArgs& args);
+inline bool prefill_mma_aligned(const AttentionArgs& args) {
+  return mma_copy_aligned_pointers(args) && prefill_mma_aligned_strides(args);
+}
 
 /// Launch the prefix-sum kernel and the prefill kernel on `stream` for the rows of sequences
 /// with query_len >= min_query_len (2: decode rows are left to the decode fast path; 1: every

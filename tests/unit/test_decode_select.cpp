@@ -14,6 +14,8 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/mma_alignment.h"
+#include "src/cuda/prefill_mma.h"
 
 namespace pagedattn::cuda {
 namespace {
@@ -166,6 +168,58 @@ TEST(DecodeMmaSplits, SharedMemoryFitsTwoOrThreeCtasPerSm) {
   EXPECT_EQ(slots(128), 2 * kH200Units);
   EXPECT_EQ(slots(64), 3 * kH200Units);
   EXPECT_LE(decode_mma_smem_bytes(128), kH200Smem);
+}
+
+/// nhd views (no memory behind them: the rules read only pointers, shapes and strides).
+AttentionArgs nhd_args(std::uintptr_t base) {
+  auto at = [&](std::uintptr_t off) { return reinterpret_cast<void*>(base + off); };
+  AttentionArgs a;
+  a.query = TensorView::contiguous(at(0), DType::kBFloat16, {4, 32, 128}, Device::cuda(0));
+  a.out = TensorView::contiguous(at(1 << 20), DType::kBFloat16, {4, 32, 128}, Device::cuda(0));
+  a.cache.layout = KVLayout::kNHD;
+  a.cache.key = TensorView::contiguous(at(2 << 20), DType::kBFloat16, {64, 16, 8, 128}, Device::cuda(0));
+  a.cache.value = TensorView::contiguous(at(4 << 20), DType::kBFloat16, {64, 16, 8, 128}, Device::cuda(0));
+  a.block_table = TensorView::contiguous(at(6 << 20), DType::kInt32, {4, 16}, Device::cuda(0));
+  return a;
+}
+
+TEST(MmaCopyAlignment, StridesPointersAndDecodeIndexWidth) {
+  const AttentionArgs ok = nhd_args(0x10000000);
+  EXPECT_TRUE(mma_copy_aligned_strides(ok));
+  EXPECT_TRUE(mma_copy_aligned_pointers(ok));
+  EXPECT_TRUE(decode_mma_aligned(ok));
+  EXPECT_TRUE(prefill_mma_aligned(ok));
+
+  // A head stride of 132 elements (264 bytes): 16-byte copies would straddle rows.
+  AttentionArgs a = nhd_args(0x10000000);
+  a.query.strides[1] = 132;
+  a.query.strides[0] = 32 * 132;
+  EXPECT_FALSE(mma_copy_aligned_strides(a));
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
+  EXPECT_FALSE(prefill_mma_aligned_strides(a));
+  // ... unless that dimension has extent 1.
+  a.query.shape[1] = 1;
+  a.query.strides[0] = 128;
+  EXPECT_TRUE(mma_copy_aligned_strides(a));
+
+  // An output 8 bytes off a 16-byte boundary.
+  a = nhd_args(0x10000000);
+  a.out.data = reinterpret_cast<void*>(0x10000000 + (1 << 20) + 8);
+  EXPECT_TRUE(mma_copy_aligned_strides(a));
+  EXPECT_FALSE(mma_copy_aligned_pointers(a));
+  EXPECT_FALSE(decode_mma_aligned(a));
+  EXPECT_FALSE(prefill_mma_aligned(a));
+
+  // The decode kernel multiplies cache strides and block-table offsets in 32 bits.
+  a = nhd_args(0x10000000);
+  a.cache.key.strides[0] = std::int64_t{1} << 31;
+  EXPECT_TRUE(mma_copy_aligned_strides(a));
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
+  a = nhd_args(0x10000000);
+  a.block_table.strides[1] = (std::int64_t{1} << 31) / 15 + 1;  // x (16 - 1) columns > INT32_MAX
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
+  a.block_table.strides[1] = (std::int64_t{1} << 31) / 15 - 1;
+  EXPECT_TRUE(decode_mma_aligned_strides(a));
 }
 
 }  // namespace
