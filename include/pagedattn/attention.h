@@ -109,7 +109,12 @@ Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetada
                                      const PlanOptions& options = {});
 
 /// Run a plan. `args` must have the shapes, dtypes and device the plan was made for (checked;
-/// kInvalidArgument otherwise); metadata values are not re-read on the host. `workspace` must
+/// kInvalidArgument otherwise); metadata values are not re-read on the host, so the device
+/// copies must describe the planned batch, except that sequence lengths may have grown (a CUDA
+/// graph of a decode step replayed at later steps, with block tables covering the new
+/// lengths): the kernels read the lengths on the device and cover every key with the plan's
+/// split sizes, the decode fast path putting the remainder on each sequence's last split
+/// (src/cuda/decode_split.h) so that it never leaves its workspace. `workspace` must
 /// hold plan.workspace_bytes() bytes on the plan's device (may be null when that is 0).
 /// CUDA: asynchronous on `stream`, no allocation, no host synchronisation, capturable in a
 /// CUDA graph; deterministic (no atomics in reductions).

@@ -11,6 +11,7 @@
 
 #include "src/cuda/cuda_common.cuh"
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/decode_split.h"
 #include "src/cuda/fast_div.h"
 #include "src/cuda/mma_common.cuh"
 
@@ -71,29 +72,18 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-/// Split range of sequence `s`: keys [valid_lo, end) of split `split`; false if the split or
-/// the sequence has no work. Splits start on 64-token boundaries of absolute positions.
+/// Split `split` of a decode sequence with `len` keys (decode_split.h).
 __device__ __forceinline__ bool split_range(const DecodeParams& p, int len, int split,
                                             int* start, int* valid_lo, int* end, int* nsplit) {
-  const int lo = p.window > 0 ? max(0, len - p.window) : 0;
-  const int lo_al = lo & ~(kDecodeTileTokens - 1);
-  *nsplit = (len - lo_al + p.chunk - 1) / p.chunk;
-  if (split >= *nsplit) return false;
-  *start = lo_al + split * p.chunk;
-  *end = min(len, *start + p.chunk);
-  *valid_lo = max(*start, lo);
-  return *valid_lo < *end;
+  return decode_split_range(len, p.window, p.chunk, p.max_splits, split, start, valid_lo, end,
+                            nsplit);
 }
 
-/// Splits of sequence `s` (0 when it is not a decode row or has no keys); the same cut as
-/// split_range.
+/// Splits of sequence `s` (0 when it is not a decode row or has no keys).
 __device__ __forceinline__ int seq_splits(const DecodeParams& p, int s) {
   const int q0 = p.qsl[s * p.qsl_stride];
   if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return 0;
-  const int len = p.seq_lens[s * p.sl_stride];
-  if (len <= 0) return 0;
-  const int lo = p.window > 0 ? max(0, len - p.window) : 0;
-  return (len - (lo & ~(kDecodeTileTokens - 1)) + p.chunk - 1) / p.chunk;
+  return decode_num_splits(p.seq_lens[s * p.sl_stride], p.window, p.chunk, p.max_splits);
 }
 
 /// A token's place in the paged cache, (block index in the sequence, offset in the block),

@@ -146,13 +146,22 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   return p;
 }
 
-Status Problem::plan() {
-  auto pl = plan_attention(args_, host_, spec_.plan);
+Status Problem::plan() { return plan_with(host_); }
+
+Status Problem::plan_with(const HostMetadata& host) {
+  auto pl = plan_attention(args_, host, spec_.plan);
   if (!pl.ok()) return pl.status();
   plan_ = *pl;
   ws_mem_ = DeviceMem();
   if (plan_.workspace_bytes() > 0) PAGEDATTN_RETURN_IF_ERROR(ws_mem_.alloc(plan_.workspace_bytes()));
   return Status::Ok();
+}
+
+Status Problem::plan_for_lengths(const std::vector<std::int32_t>& planned) {
+  HostMetadata host = host_;
+  host.seq_lens = TensorView::contiguous(const_cast<std::int32_t*>(planned.data()), DType::kInt32,
+                                         {static_cast<std::int64_t>(planned.size())});
+  return plan_with(host);
 }
 
 Status Problem::run(void* stream) {

@@ -140,6 +140,11 @@ class Problem {
 
   /// Plan (kept) and allocate the workspace.
   Status plan();
+  /// Plan from host seq_lens `planned` (one per sequence) while the device keeps the real
+  /// ones: what a CUDA graph captured at one decode step sees when replayed at a later step.
+  Status plan_for_lengths(const std::vector<std::int32_t>& planned);
+  /// Plan from `host` (the metadata plan_attention validates) and allocate the workspace.
+  Status plan_with(const HostMetadata& host);
   /// Run on `stream` (no synchronisation).
   Status run(void* stream = nullptr);
   /// Poison out and lse on the device (0xFF bytes = NaN).

@@ -440,6 +440,48 @@ TEST(CudaGraph, CaptureAndReplayEqualEager) {
   }
 }
 
+// A decode graph is captured once and replayed while the sequences grow: the plan (split size,
+// split count, workspace) was made for shorter sequences than the device metadata now holds.
+// Every decode path must still cover all keys and stay inside its workspace (decode_split.h:
+// the last split takes the remainder): single split, cluster merge, merge kernel, work list,
+// and the tiled kernel (fp8 cache).
+TEST(CudaPlan, RunWithLongerSequencesThanPlanned) {
+  PA_SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* what;
+    std::vector<int> real, planned;
+    DType kv;
+  };
+  const Case cases[] = {
+      {"one split planned", {3000}, {60}, DType::kBFloat16},
+      {"cluster merge planned", {5000}, {1024}, DType::kBFloat16},
+      {"merge kernel planned", {20000}, {8192}, DType::kBFloat16},
+      {"work list planned", {9000, 4000, 100}, {3000, 64, 100}, DType::kBFloat16},
+      {"tiled kernel", {5000, 300}, {1024, 300}, DType::kFloat8E4M3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ProblemSpec s;
+    s.num_heads = 32;
+    s.num_kv_heads = 8;
+    s.head_size = 128;
+    s.dtype = DType::kBFloat16;
+    s.kv_dtype = c.kv;
+    s.seq_lens = c.real;
+    s.query_lens.assign(c.real.size(), 1);
+    s.sinks = true;
+    auto p = Problem::make(s);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    Problem& pr = **p;
+    const std::vector<std::int32_t> planned(c.planned.begin(), c.planned.end());
+    PA_ASSERT_OK(pr.plan_for_lengths(planned));
+    PA_ASSERT_OK(pr.poison_outputs());
+    PA_ASSERT_OK(pr.run());
+    PA_ASSERT_OK(cuda::device_synchronize());
+    EXPECT_EQ(pr.check_against_oracle(), "");
+  }
+}
+
 TEST(CudaDeterminism, TwoRunsBitwiseEqual) {
   PA_SKIP_WITHOUT_GPU();
   for (int splits : {0, 1, 5}) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -14,6 +15,7 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/cuda/decode_mma.h"
+#include "src/cuda/decode_split.h"
 #include "src/cuda/mma_alignment.h"
 #include "src/cuda/prefill_mma.h"
 
@@ -42,11 +44,9 @@ ProblemDesc decode_problem(const std::vector<int>& seq_lens, int heads, int kv_h
   return p;
 }
 
-/// Splits of one sequence as the kernel cuts it (decode_mma.cu, split_range).
+/// Splits of one sequence as the kernel would cut it without the max_splits bound.
 int kernel_splits(int len, int window, int chunk) {
-  const int lo = window > 0 ? std::max(0, len - window) : 0;
-  const int lo_al = lo & ~(kDecodeTileTokens - 1);
-  return (len - lo_al + chunk - 1) / chunk;
+  return decode_num_splits(len, window, chunk, INT_MAX);
 }
 
 /// CTA slots of the synthetic H200 for a head size (shared memory allows 2 CTAs of head 128,
@@ -168,6 +168,47 @@ TEST(DecodeMmaSplits, SharedMemoryFitsTwoOrThreeCtasPerSm) {
   EXPECT_EQ(slots(128), 2 * kH200Units);
   EXPECT_EQ(slots(64), 3 * kH200Units);
   EXPECT_LE(decode_mma_smem_bytes(128), kH200Smem);
+}
+
+TEST(DecodeSplitRange, SplitsCoverTheWindowOnceAndStayWithinTheWorkspace) {
+  for (int window : {0, 1, 37, 64, 65, 100, 700})
+    for (int chunk : {64, 128, 192, 640})
+      for (int max_splits : {1, 2, 3, 5, 8, 512})
+        for (int len = 0; len <= 1500; ++len) {
+          SCOPED_TRACE("len " + std::to_string(len) + " window " + std::to_string(window) +
+                       " chunk " + std::to_string(chunk) + " max_splits " +
+                       std::to_string(max_splits));
+          const int lo = window > 0 ? std::max(0, len - window) : 0;
+          const int unclamped = len > 0 ? (len - (lo & ~63) + chunk - 1) / chunk : 0;
+          int covered = lo, nsplit = -1;
+          for (int split = 0; split < max_splits + 2; ++split) {
+            int start, valid_lo, end, n;
+            const bool has = decode_split_range(len, window, chunk, max_splits, split, &start,
+                                                &valid_lo, &end, &n);
+            if (nsplit < 0) nsplit = n;
+            ASSERT_EQ(n, nsplit);
+            if (!has) {
+              ASSERT_GE(split, n);
+              continue;
+            }
+            ASSERT_LT(split, n);
+            ASSERT_EQ(start % 64, 0);
+            ASSERT_LE(start, valid_lo);
+            ASSERT_EQ(valid_lo, covered);  // in order, no gap, no overlap
+            ASSERT_LT(valid_lo, end);
+            if (split < n - 1) {
+              ASSERT_EQ(end, start + chunk);
+            }
+            // Within the plan (no clamping) this is the cut the kernels made before the bound.
+            if (unclamped <= max_splits) {
+              ASSERT_EQ(end, std::min(len, start + chunk));
+            }
+            covered = end;
+          }
+          ASSERT_EQ(nsplit, std::min(unclamped, max_splits));
+          ASSERT_EQ(covered, len > 0 ? len : lo);
+          ASSERT_EQ(decode_num_splits(len, window, chunk, max_splits), nsplit);
+        }
 }
 
 /// nhd views (no memory behind them: the rules read only pointers, shapes and strides).
