@@ -659,6 +659,40 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     add(c);
   }
 
+  // Sequences longer than the plan saw (a decode CUDA graph replayed at later steps): the
+  // split plan is made for the planned lengths, the run's metadata holds the real ones. Decode
+  // only (the decode fast path: cluster merge / work list), a window with sinks in the split
+  // layout, and fp8 with a prefill chunk (the tiled kernel on CUDA).
+  {
+    struct G {
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt, kv;
+      std::vector<std::pair<int, int>> lens;
+      std::vector<int> planned;
+      int window;
+    };
+    const G gs[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, b16, {{3000, 1}, {700, 1}, {65, 1}, {20, 0}},
+         {1024, 64, 65, 20}, 0},
+        {KVLayout::kSplit, 32, 64, 16, 2, f16, f16, {{5000, 1}, {1, 1}, {300, 1}}, {200, 1, 299}, 100},
+        {KVLayout::kHND, 16, 128, 32, 8, b16, e4m3, {{2000, 1}, {500, 40}}, {100, 500}, 0},
+    };
+    for (const G& g : gs) {
+      CaseConfig c = base(dev, g.layout, g.block, g.head, g.heads, g.kv_heads, g.dt, g.kv);
+      set_lengths(&c, g.lens);
+      c.planned_seq_lens = g.planned;
+      c.sliding_window = g.window;
+      c.sinks = g.window > 0;
+      if (is_fp8(g.kv)) {
+        c.k_scale = 0.5f;
+        c.v_scale = 0.25f;
+      }
+      c.tag = "grown";
+      add(c);
+    }
+  }
+
   // A pool much larger than needed: block ids spread far apart.
   {
     CaseConfig c = base(dev, KVLayout::kNHD, 16, 64, 8, 2, f16, f16);

@@ -269,6 +269,15 @@ Status check_config(const CaseConfig& c) {
       return invalid_config(
           fmt::format("sequence {}: query_len {} > seq_len {}", i, c.query_lens[i], c.seq_lens[i]));
   }
+  if (!c.planned_seq_lens.empty()) {
+    if (c.planned_seq_lens.size() != c.seq_lens.size())
+      return invalid_config(fmt::format("{} planned_seq_lens but {} seq_lens",
+                                        c.planned_seq_lens.size(), c.seq_lens.size()));
+    for (std::size_t i = 0; i < c.seq_lens.size(); ++i)
+      if (c.planned_seq_lens[i] < c.query_lens[i] || c.planned_seq_lens[i] > c.seq_lens[i])
+        return invalid_config(fmt::format("sequence {}: planned length {} outside [{}, {}]", i,
+                                          c.planned_seq_lens[i], c.query_lens[i], c.seq_lens[i]));
+  }
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_size <= 0 || c.block_size <= 0)
     return invalid_config("num_heads, num_kv_heads, head_size and block_size must be > 0");
   if (c.num_heads % c.num_kv_heads != 0)
@@ -706,7 +715,17 @@ CaseResult run_case_checked(const CaseConfig& c) {
   host.seq_lens = TensorView::strided(seq_lens.data(), DType::kInt32, {num_seqs}, {ms});
   host.query_start_loc = TensorView::strided(qsl.data(), DType::kInt32, {num_seqs + 1}, {ms});
 
-  auto plan = plan_attention(args, host, c.plan);
+  // CaseConfig::planned_seq_lens: plan from shorter host lengths than the run's metadata
+  // holds (the oracle below uses the real ones).
+  HostMetadata plan_host = host;
+  std::vector<std::int32_t> planned_lens;
+  if (!c.planned_seq_lens.empty()) {
+    planned_lens = seq_lens;
+    for (std::int64_t s = 0; s < num_seqs; ++s)
+      planned_lens[static_cast<std::size_t>(s * ms)] = c.planned_seq_lens[static_cast<std::size_t>(s)];
+    plan_host.seq_lens = TensorView::strided(planned_lens.data(), DType::kInt32, {num_seqs}, {ms});
+  }
+  auto plan = plan_attention(args, plan_host, c.plan);
   if (!plan.ok()) return fail(plan.status());
   r.choice = plan->choice();
   std::vector<std::uint8_t> ws_init(plan->workspace_bytes(), 0x5A);

@@ -23,6 +23,10 @@ struct CaseConfig {
   DType kv_dtype = DType::kFloat16;  // == dtype ("auto") or fp8_e4m3 / fp8_e5m2
   std::vector<int> seq_lens{17};
   std::vector<int> query_lens{1};    // same length as seq_lens; 0 = skipped sequence
+  /// Non-empty: the plan is made from these host lengths (one per sequence, query_len <=
+  /// planned <= seq_len) while the run's metadata holds seq_lens: a CUDA graph captured at one
+  /// decode step and replayed after the sequences grew. The result must still be exact.
+  std::vector<int> planned_seq_lens;
   int sliding_window = 0;
   float softcap = 0.0f;
   bool alibi = false;
