@@ -253,8 +253,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
   if (state->choice.kernel == KernelId::kCudaDecodeMMA) {
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
-      plan->decode = decode_mma_config(problem, info->num_units, info->max_shared_memory_per_block,
-                                       state->options.num_splits);
+      plan->decode = decode_mma_config(problem, *info, state->options.num_splits);
     }
     // The tiled configuration: the fallback for unaligned pointers, or the path itself when
     // the strides do not allow 16-byte copies.
@@ -269,7 +268,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
              decode_mma_aligned_strides(args)) {
     plan->mixed = true;
     plan->decode_mma = true;
-    plan->decode = decode_mma_config(problem, info->num_units, info->max_shared_memory_per_block, 0);
+    plan->decode = decode_mma_config(problem, *info, 0);
   } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
     state->choice.decode_rows_fast_path = false;
     state->choice.reason += " (not taken: strides are not multiples of 8 elements)";

@@ -872,13 +872,8 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
     p.work_list = 1;
   } else if (config.cluster_merge && num_splits >= 2 && num_splits <= kMaxClusterSplits) {
-    // Thread-block clusters need compute capability 9.0.
-    int major = 0;
-    PA_CUDA_RETURN(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                                          args.query.device.index),
-                   "decode_mma: cudaDeviceGetAttribute(compute capability)");
-    gr.cluster = major >= 9;
-    p.cluster = gr.cluster ? 1 : 0;
+    gr.cluster = true;
+    p.cluster = 1;
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)

@@ -81,6 +81,11 @@ bool decode_mma_aligned(const AttentionArgs& args);
 int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits);
 
+/// CTA slots of the decode kernel on a device: `num_units` SMs times the CTAs of head size
+/// `head_size` that `max_smem_per_block` bytes of shared memory per SM hold (1 KB reserved
+/// per CTA by the hardware; at least 1, at most 4). An H200 holds 2 (head 128) or 3 (head 64).
+std::int64_t decode_mma_slots(int head_size, int num_units, std::int64_t max_smem_per_block);
+
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {
   int chunk_tokens = 0;  // split size, a multiple of kDecodeTileTokens
@@ -96,9 +101,10 @@ struct DecodeMmaConfig {
   bool cluster_merge = false;
 };
 
-/// decode_mma_chunk plus the work-item bound, from the plan's problem.
-DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, int num_units,
-                                  std::int64_t max_smem_per_block, int forced_splits);
+/// decode_mma_chunk plus the work-item bound and the merge mode, from the plan's problem and
+/// device (num_units, max_shared_memory_per_block; clusters need cc_major >= 9).
+DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
+                                  int forced_splits);
 
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);

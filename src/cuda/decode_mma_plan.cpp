@@ -67,13 +67,16 @@ bool decode_mma_aligned(const AttentionArgs& args) {
   return mma_copy_aligned_pointers(args) && decode_mma_aligned_strides(args);
 }
 
-int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
-                     int forced_splits, int* num_splits) {
-  const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
-  // CTAs per SM by shared memory (1 KB reserved per CTA by the hardware), at most 4.
+std::int64_t decode_mma_slots(int head_size, int num_units, std::int64_t max_smem_per_block) {
+  const std::int64_t smem = decode_mma_smem_bytes(head_size);
   const std::int64_t per_sm =
       std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
-  const std::int64_t slots = std::max<std::int64_t>(1, num_units) * per_sm;
+  return std::max<std::int64_t>(1, num_units) * per_sm;
+}
+
+int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
+                     int forced_splits, int* num_splits) {
+  const std::int64_t slots = decode_mma_slots(pr.head_size, num_units, max_smem_per_block);
   // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
   std::int64_t longest = std::max(1, pr.batch.max_seq_len);
   std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
@@ -117,22 +120,24 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   return static_cast<int>(chunk);
 }
 
-DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, int num_units,
-                                  std::int64_t max_smem_per_block, int forced_splits) {
+DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& device,
+                                  int forced_splits) {
   DecodeMmaConfig c;
-  c.chunk_tokens = decode_mma_chunk(pr, num_units, max_smem_per_block, forced_splits, &c.num_splits);
+  c.chunk_tokens = decode_mma_chunk(pr, device.num_units, device.max_shared_memory_per_block,
+                                    forced_splits, &c.num_splits);
   // Each sequence has ceil(range / chunk) <= range / chunk + 1 splits, and the ranges add up
   // to at most total_kv_tokens.
   const std::int64_t seqs = std::max(1, pr.batch.num_decode_seqs);
   c.max_items = std::min<std::int64_t>(seqs * c.num_splits,
                                        pr.batch.total_kv_tokens / c.chunk_tokens + seqs);
   c.max_items = std::max<std::int64_t>(1, c.max_items);
-  const std::int64_t smem = decode_mma_smem_bytes(pr.head_size);
-  const std::int64_t per_sm =
-      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  // Thread-block clusters need compute capability 9.0; decided here, once per plan, rather
+  // than by a device query per run.
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
-  c.cluster_merge = c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
-                    ctas <= std::int64_t{std::max(1, num_units)} * per_sm;
+  c.cluster_merge = device.cc_major >= 9 && c.num_splits >= 2 &&
+                    c.num_splits <= kMaxClusterSplits &&
+                    ctas <= decode_mma_slots(pr.head_size, device.num_units,
+                                             device.max_shared_memory_per_block);
   return c;
 }
 

@@ -49,10 +49,13 @@ int kernel_splits(int len, int window, int chunk) {
   return decode_num_splits(len, window, chunk, INT_MAX);
 }
 
-/// CTA slots of the synthetic H200 for a head size (shared memory allows 2 CTAs of head 128,
-/// 3 of head 64).
-std::int64_t slots(int head) {
-  return std::int64_t{kH200Units} * ((kH200Smem + 1024) / (decode_mma_smem_bytes(head) + 1024));
+DeviceInfo synthetic_h200(int units = kH200Units, int cc_major = 9) {
+  DeviceInfo info;
+  info.device = Device::cuda(0);
+  info.num_units = units;
+  info.cc_major = cc_major;
+  info.max_shared_memory_per_block = kH200Smem;
+  return info;
 }
 
 TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
@@ -84,15 +87,15 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
   };
   for (const Case& c : cases) {
     const ProblemDesc p = decode_problem(c.lens, 32, 8, c.head);
-    const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, 0);
+    const DeviceInfo info = synthetic_h200();
+    const DecodeMmaConfig cfg = decode_mma_config(p, info, 0);
     EXPECT_EQ(cfg.num_splits, c.splits) << c.name;
     EXPECT_EQ(cfg.cluster_merge, c.cluster) << c.name;
+    // Clusters need compute capability 9: the same cut merges through the merge kernel.
+    const DecodeMmaConfig pre_hopper = decode_mma_config(p, synthetic_h200(kH200Units, 8), 0);
+    EXPECT_EQ(pre_hopper.num_splits, c.splits) << c.name;
+    EXPECT_FALSE(pre_hopper.cluster_merge) << c.name;
     // select_kernel reports the same cut (explain and bench print it).
-    DeviceInfo info;
-    info.device = Device::cuda(0);
-    info.num_units = kH200Units;
-    info.cc_major = 9;
-    info.max_shared_memory_per_block = kH200Smem;
     auto choice = select_kernel(p, info, PlanOptions{});
     if (!choice.ok()) {
       // A build without the CUDA backend cannot select CUDA kernels.
@@ -107,12 +110,12 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
 TEST(DecodeMmaSplits, ForcedSplitsCutTheLongestSequence) {
   const ProblemDesc p = decode_problem({3000, 1, 700}, 32, 8, 128);
   for (int forced : {1, 2, 3, 5, 8, 47}) {
-    const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, forced);
+    const DecodeMmaConfig cfg = decode_mma_config(p, synthetic_h200(), forced);
     EXPECT_EQ(cfg.chunk_tokens % kDecodeTileTokens, 0);
     EXPECT_EQ(cfg.num_splits, forced) << forced;
   }
   // More splits than 64-token tiles: one tile each.
-  const DecodeMmaConfig cfg = decode_mma_config(p, kH200Units, kH200Smem, 1000);
+  const DecodeMmaConfig cfg = decode_mma_config(p, synthetic_h200(), 1000);
   EXPECT_EQ(cfg.chunk_tokens, kDecodeTileTokens);
   EXPECT_EQ(cfg.num_splits, (3000 + 63) / 64);
 }
@@ -132,7 +135,7 @@ TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
     p.sliding_window = pick(0, 2) == 0 ? pick(1, 5000) : 0;
     const int forced = pick(0, 4) == 0 ? pick(1, 600) : 0;
     const int units = pick(0, 3) == 0 ? pick(1, 200) : kH200Units;
-    const DecodeMmaConfig cfg = decode_mma_config(p, units, kH200Smem, forced);
+    const DecodeMmaConfig cfg = decode_mma_config(p, synthetic_h200(units), forced);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(n) + " seqs, max " +
                  std::to_string(p.batch.max_seq_len) + ", window " +
                  std::to_string(p.sliding_window) + ", forced " + std::to_string(forced));
@@ -155,9 +158,7 @@ TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
     if (cfg.cluster_merge) {
       EXPECT_GE(cfg.num_splits, 2);
       EXPECT_LE(cfg.num_splits, kMaxClusterSplits);
-      const std::int64_t per_sm = std::clamp<std::int64_t>(
-          (kH200Smem + 1024) / (decode_mma_smem_bytes(head) + 1024), 1, 4);
-      EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits, std::int64_t{units} * per_sm);
+      EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits, decode_mma_slots(head, units, kH200Smem));
     }
     EXPECT_EQ(decode_mma_workspace(n, cfg.num_splits, hk[0], head) > 0, cfg.num_splits > 1);
   }
@@ -165,8 +166,11 @@ TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
 
 TEST(DecodeMmaSplits, SharedMemoryFitsTwoOrThreeCtasPerSm) {
   // The occupancy the kernels' launch bounds assume: 2 CTAs of head 128, 3 of head 64.
-  EXPECT_EQ(slots(128), 2 * kH200Units);
-  EXPECT_EQ(slots(64), 3 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(128, kH200Units, kH200Smem), 2 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(64, kH200Units, kH200Smem), 3 * kH200Units);
+  // A device whose shared memory holds less than one CTA still counts one per SM; at most 4.
+  EXPECT_EQ(decode_mma_slots(128, 10, 1024), 10);
+  EXPECT_EQ(decode_mma_slots(64, 10, std::int64_t{1} << 30), 40);
   EXPECT_LE(decode_mma_smem_bytes(128), kH200Smem);
 }
 
