@@ -13,6 +13,7 @@
 #include "src/cuda/decode_mma.h"
 #include "src/cuda/decode_split.h"
 #include "src/cuda/fast_div.h"
+#include "src/cuda/mma_args.h"
 #include "src/cuda/mma_common.cuh"
 
 namespace pagedattn::cuda {
@@ -782,54 +783,22 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
                       void* workspace, Stream stream) {
   const int chunk_tokens = config.chunk_tokens;
   const int num_splits = config.num_splits;
-  const KVCache& c = args.cache;
   DecodeParams p{};
-  p.q = args.query.data;
-  p.q_tok = args.query.strides[0];
-  p.q_head = args.query.strides[1];
-  p.out = args.out.data;
-  p.o_tok = args.out.strides[0];
-  p.o_head = args.out.strides[1];
-  if (args.lse.defined()) {
-    p.lse = static_cast<float*>(args.lse.data);
-    p.l_tok = args.lse.strides[0];
-    p.l_head = args.lse.strides[1];
-  }
-  p.k = c.key.data;
-  p.v = c.value.data;
-  const std::int64_t* ks = c.key.strides;
-  const std::int64_t* vs = c.value.strides;
+  fill_mma_common(p, args);
   // Byte strides (decode_mma_aligned_strides: element strides in [0, 2^31), so twice fits in
-  // 32 unsigned bits).
+  // 32 unsigned bits); the values' chunk stride is not needed (nhd/hnd: 16 bytes).
+  const MmaCacheStrides cs = mma_cache_strides(args.cache);
   auto b32 = [](std::int64_t elems) { return static_cast<unsigned>(elems * 2); };
-  switch (c.layout) {
-    case KVLayout::kSplit:  // key [b, g, d/x, t, x], value [b, g, d, t]
-      p.k_blk = b32(ks[0]); p.k_head = ks[1]; p.k_chunk = b32(ks[2]); p.k_tok = b32(ks[3]);
-      p.v_blk = b32(vs[0]); p.v_head = vs[1]; p.v_dim = b32(vs[2]); p.v_tok = 2;
-      break;
-    case KVLayout::kNHD:  // [b, t, g, d]
-      p.k_blk = b32(ks[0]); p.k_tok = b32(ks[1]); p.k_head = ks[2]; p.k_chunk = 16;
-      p.v_blk = b32(vs[0]); p.v_tok = b32(vs[1]); p.v_head = vs[2];
-      break;
-    case KVLayout::kHND:  // [b, g, t, d]
-      p.k_blk = b32(ks[0]); p.k_head = ks[1]; p.k_tok = b32(ks[2]); p.k_chunk = 16;
-      p.v_blk = b32(vs[0]); p.v_head = vs[1]; p.v_tok = b32(vs[2]);
-      break;
-  }
+  p.k_blk = b32(cs.k_blk); p.k_head = cs.k_head; p.k_tok = b32(cs.k_tok);
+  p.k_chunk = b32(cs.k_chunk);
+  p.v_blk = b32(cs.v_blk); p.v_head = cs.v_head; p.v_tok = b32(cs.v_tok);
+  p.v_dim = b32(cs.v_dim);
   p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
   p.step_q = kDecodeTileTokens / block_size;
   p.step_r = kDecodeTileTokens % block_size;
-  p.block_table = static_cast<const int*>(args.block_table.data);
-  p.bt_seq = args.block_table.strides[0];
-  p.bt_blk = static_cast<int>(args.block_table.strides[1]);
-  p.seq_lens = static_cast<const int*>(args.seq_lens.data);
-  p.sl_stride = args.seq_lens.strides[0];
-  p.qsl = static_cast<const int*>(args.query_start_loc.data);
-  p.qsl_stride = args.query_start_loc.strides[0];
   const int num_heads = static_cast<int>(args.query.shape[1]);
   const int head = static_cast<int>(args.query.shape[2]);
-  const int num_kv_heads = c.layout == KVLayout::kNHD ? static_cast<int>(c.key.shape[2])
-                                                      : static_cast<int>(c.key.shape[1]);
+  const int num_kv_heads = cs.num_kv_heads;
   p.num_heads = num_heads;
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;
@@ -877,10 +846,10 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)
-    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, c.layout, gr, st)
-                : launch_layout<__half, 64>(p, c.layout, gr, st);
-  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, c.layout, gr, st)
-              : launch_layout<__half, 128>(p, c.layout, gr, st);
+    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, args.cache.layout, gr, st)
+                : launch_layout<__half, 64>(p, args.cache.layout, gr, st);
+  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, args.cache.layout, gr, st)
+              : launch_layout<__half, 128>(p, args.cache.layout, gr, st);
 }
 
 }  // namespace pagedattn::cuda

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "src/cuda/decode_mma.h"
-#include "src/cuda/mma_alignment.h"
+#include "src/cuda/mma_args.h"
 
 namespace pagedattn::cuda {
 

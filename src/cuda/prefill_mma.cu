@@ -551,48 +551,16 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
                                                 " row tiles exceed the grid limit");
   const KVCache& c = args.cache;
   PrefillParams p{};
-  p.q = args.query.data;
-  p.q_tok = args.query.strides[0];
-  p.q_head = args.query.strides[1];
-  p.out = args.out.data;
-  p.o_tok = args.out.strides[0];
-  p.o_head = args.out.strides[1];
-  if (args.lse.defined()) {
-    p.lse = static_cast<float*>(args.lse.data);
-    p.l_tok = args.lse.strides[0];
-    p.l_head = args.lse.strides[1];
-  }
-  p.k = c.key.data;
-  p.v = c.value.data;
-  const std::int64_t* ks = c.key.strides;
-  const std::int64_t* vs = c.value.strides;
-  switch (c.layout) {
-    case KVLayout::kSplit:  // key [b, g, d/x, t, x], value [b, g, d, t]
-      p.k_blk = ks[0]; p.k_head = ks[1]; p.k_chunk = ks[2]; p.k_tok = ks[3];
-      p.v_blk = vs[0]; p.v_head = vs[1]; p.v_dim = vs[2]; p.v_tok = 1; p.v_chunk = 0;
-      break;
-    case KVLayout::kNHD:  // [b, t, g, d]
-      p.k_blk = ks[0]; p.k_tok = ks[1]; p.k_head = ks[2]; p.k_chunk = 8;
-      p.v_blk = vs[0]; p.v_tok = vs[1]; p.v_head = vs[2]; p.v_chunk = 8;
-      break;
-    case KVLayout::kHND:  // [b, g, t, d]
-      p.k_blk = ks[0]; p.k_head = ks[1]; p.k_tok = ks[2]; p.k_chunk = 8;
-      p.v_blk = vs[0]; p.v_head = vs[1]; p.v_tok = vs[2]; p.v_chunk = 8;
-      break;
-  }
-  p.block_table = static_cast<const int*>(args.block_table.data);
-  p.bt_seq = args.block_table.strides[0];
-  p.bt_blk = args.block_table.strides[1];
+  fill_mma_common(p, args);
+  const MmaCacheStrides cs = mma_cache_strides(c);
+  p.k_blk = cs.k_blk; p.k_head = cs.k_head; p.k_tok = cs.k_tok; p.k_chunk = cs.k_chunk;
+  p.v_blk = cs.v_blk; p.v_head = cs.v_head; p.v_tok = cs.v_tok; p.v_chunk = cs.v_chunk;
+  p.v_dim = cs.v_dim;
   p.bt_width = args.block_table.shape[1];
   p.num_blocks = c.key.shape[0];
-  p.seq_lens = static_cast<const int*>(args.seq_lens.data);
-  p.sl_stride = args.seq_lens.strides[0];
-  p.qsl = static_cast<const int*>(args.query_start_loc.data);
-  p.qsl_stride = args.query_start_loc.strides[0];
   const int num_heads = static_cast<int>(args.query.shape[1]);
   const int head = static_cast<int>(args.query.shape[2]);
-  const int num_kv_heads = c.layout == KVLayout::kNHD ? static_cast<int>(c.key.shape[2])
-                                                      : static_cast<int>(c.key.shape[1]);
+  const int num_kv_heads = cs.num_kv_heads;
   p.num_seqs = num_seqs;
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;

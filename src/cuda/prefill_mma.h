@@ -31,7 +31,7 @@
 #include "pagedattn/attention.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
-#include "src/cuda/mma_alignment.h"
+#include "src/cuda/mma_args.h"
 
 namespace pagedattn::cuda {
 

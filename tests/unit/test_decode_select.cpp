@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
+#include "src/cuda/cache_index.h"
 #include "src/cuda/decode_mma.h"
 #include "src/cuda/decode_split.h"
-#include "src/cuda/mma_alignment.h"
+#include "src/cuda/mma_args.h"
 #include "src/cuda/prefill_mma.h"
 
 namespace pagedattn::cuda {
@@ -265,6 +266,91 @@ TEST(MmaCopyAlignment, StridesPointersAndDecodeIndexWidth) {
   EXPECT_FALSE(decode_mma_aligned_strides(a));
   a.block_table.strides[1] = (std::int64_t{1} << 31) / 15 - 1;
   EXPECT_TRUE(decode_mma_aligned_strides(a));
+}
+
+// The strides the MMA launchers pass on address the same element as the tiled kernel's
+// key_offset / value_offset (which CudaIndexing checks against the tensor strides), for every
+// layout, both head sizes and padded pages.
+TEST(MmaCacheStrides, AddressTheSameElementsAsTheTiledKernel) {
+  for (KVLayout layout : {KVLayout::kSplit, KVLayout::kNHD, KVLayout::kHND})
+    for (int head : {64, 128})
+      for (std::int64_t pad : {std::int64_t{0}, std::int64_t{64}}) {
+        SCOPED_TRACE(std::string(to_string(layout)) + " head " + std::to_string(head) + " pad " +
+                     std::to_string(pad));
+        const int bs = 16, kvh = 3;
+        KVCacheSpec spec{layout, 4, bs, kvh, head, DType::kBFloat16, pad};
+        auto cache = make_kv_cache(spec, reinterpret_cast<void*>(256), reinterpret_cast<void*>(512));
+        ASSERT_TRUE(cache.ok()) << cache.status().to_string();
+        const MmaCacheStrides cs = mma_cache_strides(*cache);
+        EXPECT_EQ(cs.num_kv_heads, kvh);
+        Strides4 ks{}, vs{};
+        for (int i = 0; i < 4; ++i) {
+          ks.s[i] = cache->key.strides[i];
+          vs.s[i] = cache->value.strides[i];
+        }
+        const int code = static_cast<int>(layout);
+        for (std::int64_t b = 0; b < 4; ++b)
+          for (std::int64_t t = 0; t < bs; ++t)
+            for (std::int64_t g = 0; g < kvh; ++g)
+              for (std::int64_t d = 0; d < head; ++d) {
+                const std::int64_t c = d / 8, e = d % 8;
+                ASSERT_EQ(b * cs.k_blk + g * cs.k_head + t * cs.k_tok + c * cs.k_chunk + e,
+                          key_offset(code, 8, ks, b, t, g, d));
+                const std::int64_t v =
+                    layout == KVLayout::kSplit
+                        ? b * cs.v_blk + g * cs.v_head + d * cs.v_dim + t * cs.v_tok
+                        : b * cs.v_blk + g * cs.v_head + t * cs.v_tok + c * cs.v_chunk + e;
+                ASSERT_EQ(v, value_offset(code, vs, b, t, g, d));
+              }
+      }
+}
+
+// fill_mma_common copies every shared field, narrowing bt_blk to the struct's type.
+TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
+  struct Params {
+    const void *q, *k, *v;
+    void* out;
+    float* lse = nullptr;
+    std::int64_t q_tok, q_head, o_tok, o_head, l_tok = -1, l_head = -1;
+    const int *block_table, *seq_lens, *qsl;
+    std::int64_t bt_seq, sl_stride, qsl_stride;
+    int bt_blk;
+  };
+  AttentionArgs a = nhd_args(0x10000000);
+  a.query = TensorView::strided(a.query.data, DType::kBFloat16, {4, 32, 128}, {8192, 256, 1},
+                                Device::cuda(0));
+  a.block_table = TensorView::strided(a.block_table.data, DType::kInt32, {4, 16}, {48, 3},
+                                      Device::cuda(0));
+  a.seq_lens = TensorView::strided(reinterpret_cast<void*>(0x20000000), DType::kInt32, {4}, {2},
+                                   Device::cuda(0));
+  a.query_start_loc = TensorView::strided(reinterpret_cast<void*>(0x20001000), DType::kInt32,
+                                          {5}, {2}, Device::cuda(0));
+  Params p{};
+  p.l_tok = p.l_head = -1;
+  fill_mma_common(p, a);
+  EXPECT_EQ(p.q, a.query.data);
+  EXPECT_EQ(p.q_tok, 8192);
+  EXPECT_EQ(p.q_head, 256);
+  EXPECT_EQ(p.out, a.out.data);
+  EXPECT_EQ(p.o_tok, 32 * 128);
+  EXPECT_EQ(p.o_head, 128);
+  EXPECT_EQ(p.lse, nullptr);  // not requested: left alone
+  EXPECT_EQ(p.l_tok, -1);
+  EXPECT_EQ(p.k, a.cache.key.data);
+  EXPECT_EQ(p.v, a.cache.value.data);
+  EXPECT_EQ(p.block_table, a.block_table.data);
+  EXPECT_EQ(p.bt_seq, 48);
+  EXPECT_EQ(p.bt_blk, 3);
+  EXPECT_EQ(p.seq_lens, a.seq_lens.data);
+  EXPECT_EQ(p.sl_stride, 2);
+  EXPECT_EQ(p.qsl, a.query_start_loc.data);
+  EXPECT_EQ(p.qsl_stride, 2);
+  std::vector<float> lse(4 * 32);
+  a.lse = TensorView::strided(lse.data(), DType::kFloat32, {4, 32}, {64, 2}, Device::cuda(0));
+  fill_mma_common(p, a);
+  EXPECT_EQ(p.lse, lse.data());
+  EXPECT_EQ(p.l_tok, 64);
+  EXPECT_EQ(p.l_head, 2);
 }
 
 }  // namespace
