@@ -46,11 +46,13 @@ struct CudaPlan {
 
 // ------------------------------------------------------------------ prep kernel
 
-/// tile_start[s] = sum over s' < s of ceil(query_len[s'] / q_tokens); tile_start[num_seqs] =
-/// the total. One CTA of 1024 threads, block scans in a loop (deterministic, no atomics).
+/// tile_start[s] = sum over s' < s of ceil(query_len[s'] * rows_per_token / rows_per_tile);
+/// tile_start[num_seqs] = the total (launch_tile_prefix, cuda_config.h). One CTA of 1024
+/// threads, block scans in a loop (deterministic, no atomics).
 __global__ void __launch_bounds__(1024)
-    tile_prefix_kernel(const std::int32_t* qsl, std::int64_t qsl0, int num_seqs, int q_tokens,
-                       int min_query_len, std::int32_t* tile_start) {
+    tile_prefix_kernel(const std::int32_t* qsl, std::int64_t qsl0, int num_seqs,
+                       int rows_per_tile, int rows_per_token, int min_query_len,
+                       std::int32_t* tile_start) {
   __shared__ long long warp_tot[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   long long carry = 0;
@@ -60,7 +62,9 @@ __global__ void __launch_bounds__(1024)
     if (s < num_seqs) {
       const long long ql = static_cast<long long>(qsl[static_cast<std::int64_t>(s + 1) * qsl0]) -
                            static_cast<long long>(qsl[static_cast<std::int64_t>(s) * qsl0]);
-      v = (ql > 0 && ql >= min_query_len) ? (ql + q_tokens - 1) / q_tokens : 0;
+      v = (ql > 0 && ql >= min_query_len)
+              ? (ql * rows_per_token + rows_per_tile - 1) / rows_per_tile
+              : 0;
     }
     long long x = v;
 #pragma unroll
@@ -451,9 +455,8 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   }
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  tile_prefix_kernel<<<1, 1024, 0, s>>>(p.qsl, p.qsl0, p.num_seqs, p.q_tokens, min_query_len,
-                                        p.tile_start);
-  PA_CUDA_RETURN(cudaGetLastError(), "tile_prefix_kernel launch");
+  PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl0, p.num_seqs, p.q_tokens, 1,
+                                               min_query_len, p.tile_start, stream));
 
   const dim3 grid(static_cast<unsigned>(total_tiles),
                   static_cast<unsigned>(g.num_kv_heads * cfg.head_groups),
@@ -483,6 +486,15 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
     }
     PA_CUDA_RETURN(cudaGetLastError(), "split_merge_kernel launch");
   }
+  return Status::Ok();
+}
+
+Status launch_tile_prefix(const std::int32_t* qsl, std::int64_t stride, int num_seqs,
+                          int rows_per_tile, int rows_per_token, int min_query_len,
+                          std::int32_t* tile_start, void* stream) {
+  tile_prefix_kernel<<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
+      qsl, stride, num_seqs, rows_per_tile, rows_per_token, min_query_len, tile_start);
+  PA_CUDA_RETURN(cudaGetLastError(), "tile_prefix_kernel launch");
   return Status::Ok();
 }
 

@@ -152,13 +152,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
   // ---- which sequence and which of its query tokens
   const std::int32_t* ts = p.tile_start;
   if (tile >= ts[p.num_seqs]) return;  // uniform
-  int lo_s = 0, hi_s = p.num_seqs;     // invariant: ts[lo_s] <= tile < ts[hi_s]
-  while (hi_s - lo_s > 1) {
-    const int mid = (lo_s + hi_s) >> 1;
-    if (ts[mid] <= tile) lo_s = mid;
-    else hi_s = mid;
-  }
-  const int seq = lo_s;
+  const int seq = tile_sequence(ts, p.num_seqs, tile);
   const std::int64_t r = tile - ts[seq];
   const std::int64_t q_begin = p.qsl[seq * p.qsl0];
   const std::int64_t q_end = p.qsl[(seq + 1) * p.qsl0];

@@ -42,6 +42,19 @@ PA_HD std::int64_t value_offset(int layout, const Strides4& st, std::int64_t b, 
   return b * st.s[0] + h * st.s[1] + t * st.s[2] + d;
 }
 
+/// The sequence a row tile belongs to: the s with tile_start[s] <= tile < tile_start[s + 1],
+/// sequences without tiles skipped (binary search over the prefix sums that
+/// launch_tile_prefix writes, tile_start[0] = 0). Needs 0 <= tile < tile_start[num_seqs].
+PA_HD int tile_sequence(const std::int32_t* tile_start, int num_seqs, int tile) {
+  int lo = 0, hi = num_seqs;  // invariant: tile_start[lo] <= tile < tile_start[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (tile_start[mid] <= tile) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /// A slot decomposed into (block, offset); `ok` is false for negative slots (padding: skip)
 /// and for slots >= num_slots (skipped so that the writer is memory-safe even when the host did
 /// not validate the slot mapping).

@@ -61,12 +61,12 @@ TiledSmem tiled_smem(int head_size, int es, KVLayout layout, int mmax, int tile_
 }
 
 std::int64_t count_row_tiles(const std::int32_t* qsl, std::int64_t stride, int num_seqs,
-                             int q_tokens, int min_query_len) {
+                             int rows_per_tile, int min_query_len, int rows_per_token) {
   std::int64_t tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const std::int64_t ql =
         static_cast<std::int64_t>(qsl[(s + 1) * stride]) - static_cast<std::int64_t>(qsl[s * stride]);
-    if (ql > 0 && ql >= min_query_len) tiles += (ql + q_tokens - 1) / q_tokens;
+    if (ql > 0 && ql >= min_query_len) tiles += (ql * rows_per_token + rows_per_tile - 1) / rows_per_tile;
   }
   return tiles;
 }

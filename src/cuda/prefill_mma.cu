@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "src/cuda/cache_index.h"
 #include "src/cuda/cuda_common.cuh"
 #include "src/cuda/mma_common.cuh"
 #include "src/cuda/prefill_mma.h"
@@ -68,52 +69,8 @@ struct PrefillParams {
   std::int64_t alibi_stride;
   const float* sinks;  // null = off
   std::int64_t sinks_stride;
-  const int* tile_start;  // [num_seqs + 1], written by prefill_tile_prefix_kernel
+  const int* tile_start;  // [num_seqs + 1], written by launch_tile_prefix
 };
-
-/// tile_start[s] = sum over s' < s of ceil(query_len[s'] * rows_per_token / 64) for sequences
-/// with query_len >= min_query_len (others count 0); tile_start[num_seqs] = the total. One CTA
-/// of 1024 threads scanning in a loop: deterministic, no atomics.
-__global__ void __launch_bounds__(1024)
-    prefill_tile_prefix_kernel(const int* qsl, std::int64_t qsl_stride, int num_seqs,
-                               int rows_per_token, int min_query_len, int* tile_start) {
-  __shared__ long long warp_tot[32];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  long long carry = 0;
-  for (int base = 0; base < num_seqs; base += 1024) {
-    const int s = base + tid;
-    long long v = 0;
-    if (s < num_seqs) {
-      const long long ql = static_cast<long long>(qsl[static_cast<std::int64_t>(s + 1) * qsl_stride]) -
-                           static_cast<long long>(qsl[static_cast<std::int64_t>(s) * qsl_stride]);
-      if (ql > 0 && ql >= min_query_len)
-        v = (ql * rows_per_token + kPrefillRowsPerCta - 1) / kPrefillRowsPerCta;
-    }
-    long long x = v;  // inclusive scan within the warp
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const long long y = __shfl_up_sync(0xFFFFFFFFu, x, o);
-      if (lane >= o) x += y;
-    }
-    if (lane == 31) warp_tot[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-      long long w = warp_tot[lane];
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const long long y = __shfl_up_sync(0xFFFFFFFFu, w, o);
-        if (lane >= o) w += y;
-      }
-      warp_tot[lane] = w;
-    }
-    __syncthreads();
-    const long long excl = carry + x - v + (warp > 0 ? warp_tot[warp - 1] : 0);
-    if (s < num_seqs) tile_start[s] = static_cast<int>(min(excl, static_cast<long long>(INT_MAX)));
-    carry += warp_tot[31];
-    __syncthreads();  // warp_tot is rewritten by the next round
-  }
-  if (tid == 0) tile_start[num_seqs] = static_cast<int>(min(carry, static_cast<long long>(INT_MAX)));
-}
 
 // Head 64: three CTAs per SM (shared memory and registers); head 128: two.
 template <class T, int HEAD, bool SPLIT, int STAGES>
@@ -139,13 +96,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
   const int* ts = p.tile_start;
   const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
   if (tile >= ts[p.num_seqs]) return;  // uniform
-  int lo_s = 0, hi_s = p.num_seqs;     // invariant: ts[lo_s] <= tile < ts[hi_s]
-  while (hi_s - lo_s > 1) {
-    const int mid = (lo_s + hi_s) >> 1;
-    if (ts[mid] <= tile) lo_s = mid;
-    else hi_s = mid;
-  }
-  const int s = lo_s;
+  const int s = tile_sequence(ts, p.num_seqs, tile);
   const int g = blockIdx.y;
   const int G = p.gqa;
   const int q0 = p.qsl[s * p.qsl_stride];
@@ -586,9 +537,8 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "prefill_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  prefill_tile_prefix_kernel<<<1, 1024, 0, st>>>(p.qsl, p.qsl_stride, num_seqs, p.gqa,
-                                                 min_query_len, tile_start);
-  PA_CUDA_RETURN(cudaGetLastError(), "prefill_mma: prefix kernel launch");
+  PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, num_seqs, kPrefillRowsPerCta,
+                                               p.gqa, min_query_len, tile_start, st));
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)
     return bf16 ? launch_layout<__nv_bfloat16, 64>(p, c.layout, stages, row_tiles, num_kv_heads, st)

@@ -31,6 +31,7 @@
 #include "pagedattn/attention.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
+#include "src/cuda/cuda_config.h"
 #include "src/cuda/mma_args.h"
 
 namespace pagedattn::cuda {
@@ -98,14 +99,7 @@ inline bool prefill_mma_supported(const ProblemDesc& pr, std::int64_t max_shared
 inline std::int64_t prefill_mma_row_tiles(const std::int32_t* query_start_loc,
                                           std::int64_t stride, int num_seqs, int gqa,
                                           int min_query_len) {
-  std::int64_t tiles = 0;
-  for (int s = 0; s < num_seqs; ++s) {
-    const std::int64_t ql = static_cast<std::int64_t>(query_start_loc[(s + 1) * stride]) -
-                            static_cast<std::int64_t>(query_start_loc[s * stride]);
-    if (ql > 0 && ql >= min_query_len)
-      tiles += (ql * gqa + kPrefillRowsPerCta - 1) / kPrefillRowsPerCta;
-  }
-  return tiles;
+  return count_row_tiles(query_start_loc, stride, num_seqs, kPrefillRowsPerCta, min_query_len, gqa);
 }
 
 /// Workspace bytes of a run: the per-sequence row-tile prefix sums (int32 [num_seqs + 1]).

@@ -278,6 +278,30 @@ TEST(CudaIndexing, RowTilesCountCeilPerSequence) {
   const std::int32_t qsl[] = {0, 1, 1, 18, 19, 83};
   EXPECT_EQ(count_row_tiles(qsl, 1, 5, 16), 1 + 0 + 2 + 1 + 4);
   EXPECT_EQ(count_row_tiles(qsl, 1, 5, 1), 83);
+  // GQA rows flattened into the tiles (the prefill kernel): ceil(query_len * 4 / 64).
+  EXPECT_EQ(count_row_tiles(qsl, 1, 5, 64, 1, 4), 1 + 0 + 2 + 1 + 4);
+  EXPECT_EQ(count_row_tiles(qsl, 1, 5, 64, 2, 4), 0 + 0 + 2 + 0 + 4);
+}
+
+// Every tile of the prefix sums maps to the sequence whose range holds it, sequences without
+// tiles skipped (the CTA -> sequence lookup of the tiled and prefill kernels).
+TEST(CudaIndexing, TileSequenceFindsTheOwningSequence) {
+  std::uint64_t state = 12345;
+  auto next = [&](int n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % static_cast<std::uint64_t>(n));
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    const int num_seqs = 1 + next(40);
+    std::vector<std::int32_t> ts(num_seqs + 1, 0);
+    for (int s = 0; s < num_seqs; ++s) ts[s + 1] = ts[s] + (next(3) == 0 ? 0 : next(5));
+    for (int tile = 0; tile < ts[num_seqs]; ++tile) {
+      int want = -1;
+      for (int s = 0; s < num_seqs; ++s)
+        if (ts[s] <= tile && tile < ts[s + 1]) want = s;
+      ASSERT_EQ(tile_sequence(ts.data(), num_seqs, tile), want) << "trial " << trial;
+    }
+  }
 }
 
 // Selection for an H200-like and a 48 KiB device: the shared memory never exceeds the limit,
