@@ -176,4 +176,10 @@ class Problem {
   AttentionPlan plan_;
 };
 
+/// Run `pr` (planned) eagerly on a new stream, check it against the oracle, then capture one
+/// run into a CUDA graph and replay it twice from poisoned outputs: every replay must give the
+/// eager output and LSE bit for bit. Fatal failures return early (wrap the call in
+/// ASSERT_NO_FATAL_FAILURE).
+void expect_graph_replay_equals_eager(Problem& pr);
+
 }  // namespace pagedattn::cudatest

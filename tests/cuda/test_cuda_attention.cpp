@@ -412,31 +412,7 @@ TEST(CudaGraph, CaptureAndReplayEqualEager) {
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     Problem& pr = **p;
     PA_ASSERT_OK(pr.plan());
-    auto stream = cuda::testsupport::stream_create();
-    ASSERT_TRUE(stream.ok());
-    PA_ASSERT_OK(pr.run(*stream));
-    PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
-    const auto eager_out = pr.out_bytes();
-    const auto eager_lse = pr.lse_bytes();
-    EXPECT_EQ(pr.check_against_oracle(), "");
-
-    PA_ASSERT_OK(pr.poison_outputs());
-    PA_ASSERT_OK(cuda::device_synchronize());
-    PA_ASSERT_OK(cuda::testsupport::capture_begin(*stream));
-    const Status run_st = pr.run(*stream);
-    auto exec = cuda::testsupport::capture_end(*stream);
-    PA_ASSERT_OK(run_st);
-    ASSERT_TRUE(exec.ok()) << exec.status().to_string();
-    for (int replay = 0; replay < 2; ++replay) {
-      PA_ASSERT_OK(cuda::testsupport::graph_launch(*exec, *stream));
-      PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
-      EXPECT_TRUE(pr.out_bytes() == eager_out) << "replay " << replay << ": out differs from eager";
-      EXPECT_TRUE(pr.lse_bytes() == eager_lse) << "replay " << replay << ": lse differs from eager";
-      PA_ASSERT_OK(pr.poison_outputs());
-      PA_ASSERT_OK(cuda::device_synchronize());
-    }
-    cuda::testsupport::graph_destroy(*exec);
-    cuda::testsupport::stream_destroy(*stream);
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
   }
 }
 
