@@ -191,6 +191,11 @@ struct LayoutCase {
   std::int64_t pad;
 };
 
+std::string layout_case_name(const ::testing::TestParamInfo<LayoutCase>& info) {
+  return std::string(to_string(info.param.layout)) + "_" + to_string(info.param.dtype) + "_pad" +
+         std::to_string(info.param.pad);
+}
+
 class CacheLayouts : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(CacheLayouts, MakeDescribeAndAccessDecision) {
@@ -266,11 +271,7 @@ INSTANTIATE_TEST_SUITE_P(All, CacheLayouts,
                                            LayoutCase{KVLayout::kNHD, DType::kFloat8E5M2, 7},
                                            LayoutCase{KVLayout::kHND, DType::kFloat32, 0},
                                            LayoutCase{KVLayout::kHND, DType::kFloat16, 1}),
-                         [](const ::testing::TestParamInfo<LayoutCase>& param_info) {
-                           return std::string(to_string(param_info.param.layout)) + "_" +
-                                  to_string(param_info.param.dtype) + "_pad" +
-                                  std::to_string(param_info.param.pad);
-                         });
+                         layout_case_name);
 
 TEST(CacheAccess, PermutedDenseBlocksAreStrided) {
   // Blocks packed back to back (stride(0) == block elements) but tokens and heads swapped
@@ -340,11 +341,7 @@ INSTANTIATE_TEST_SUITE_P(All, WriterReaderAgree,
                                            LayoutCase{KVLayout::kHND, DType::kFloat32, 0},
                                            LayoutCase{KVLayout::kHND, DType::kFloat32, 32},
                                            LayoutCase{KVLayout::kHND, DType::kFloat8E5M2, 0}),
-                         [](const ::testing::TestParamInfo<LayoutCase>& param_info) {
-                           return std::string(to_string(param_info.param.layout)) + "_" +
-                                  to_string(param_info.param.dtype) + "_pad" +
-                                  std::to_string(param_info.param.pad);
-                         });
+                         layout_case_name);
 
 // ===================================================================== selection
 ProblemDesc decode_problem(Device dev, int head_size, DType dtype, int block_size, int max_seq) {
