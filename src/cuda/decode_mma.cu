@@ -728,7 +728,6 @@ __global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p
 struct DecodeGrid {
   int num_splits, num_kv_heads, num_seqs;
   int list_ctas;  // > 0: work-list mode with this many CTAs per KV head
-  bool cluster;   // the splits of each (sequence, KV head) form one cluster and merge in it
 };
 
 template <class T, int HEAD, bool SPLIT, int NT>
@@ -743,7 +742,7 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
                  "decode_mma: cudaFuncSetAttribute");
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
-  if (gr.cluster) {
+  if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kDecodeThreads);
@@ -827,7 +826,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, false};
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
@@ -840,8 +839,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
         std::min<std::int64_t>(static_cast<std::int64_t>(num_seqs) * num_splits, config.max_items);
     gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
     p.work_list = 1;
-  } else if (config.cluster_merge && num_splits >= 2 && num_splits <= kMaxClusterSplits) {
-    gr.cluster = true;
+  } else if (config.cluster_merge) {  // 2..kMaxClusterSplits splits, cc >= 9 (the plan's rule)
     p.cluster = 1;
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
