@@ -279,6 +279,21 @@ TEST(RunCase, ReportsBadConfigurationsAsStatusNotCrash) {
   c.kv_dtype = DType::kFloat8E4M3;
   c.head_size = 40;
   EXPECT_EQ(run_case(c).status.code(), StatusCode::kUnsupported);
+  // planned_seq_lens: one per sequence, each in [query_len, seq_len].
+  for (const std::vector<int>& planned : {std::vector<int>{10}, std::vector<int>{10, 10, 10},
+                                          std::vector<int>{41, 10}, std::vector<int>{10, 0}}) {
+    c = CaseConfig{};
+    c.seq_lens = {40, 30};
+    c.query_lens = {1, 5};
+    c.planned_seq_lens = planned;
+    const CaseResult bad = run_case(c);
+    EXPECT_EQ(bad.status.code(), StatusCode::kInvalidArgument) << planned.size();
+    EXPECT_NE(bad.status.message().find("planned"), std::string::npos) << bad.status.to_string();
+  }
+  c.planned_seq_lens = {20, 5};  // shorter than the run's lengths: valid
+  const CaseResult grown = run_case(c);
+  EXPECT_TRUE(grown.status.ok()) << grown.status.to_string();
+  EXPECT_TRUE(grown.pass) << grown.detail;
 }
 
 TEST(RunCase, CudaCaseWithoutCudaIsDeviceUnavailable) {
