@@ -166,8 +166,11 @@ int run_bench(const BenchFlags& f) {
     row["bytes"] = r.bytes;
     row["gbps"] = r.gbps;
     row["pct_of_ceiling"] = r.pct_of_ceiling;
-    row["kernel"] = to_string(r.choice.kernel);
-    row["kernels"] = kernel_label(r.choice);
+    // The kernels that ran ("decode + prefill" when a mixed batch splits its rows), as in the
+    // table; plan_kernel is KernelChoice::kernel, for a mixed batch the tiled fallback that
+    // unaligned tensors would take.
+    row["kernel"] = kernel_label(r.choice);
+    row["plan_kernel"] = to_string(r.choice.kernel);
     row["splits"] = r.choice.num_splits;
     row["tile_tokens"] = r.choice.tile_tokens;
     j["results"].push_back(row);
