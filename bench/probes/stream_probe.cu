@@ -263,10 +263,12 @@ int main() {
       g_flush_bytes = 2 * static_cast<std::size_t>(l2);
       CK(cudaMalloc(&g_flush, g_flush_bytes));
     }
-    std::printf("\nmode 5 (W1's pattern), 512 CTAs, L2 flushed before each call: %s\n",
+    std::printf("\nmode 5 (W1's pattern): 1 GB and 2 GB in 512 CTAs, 1 GB in one wave; L2 flushed before each call: %s\n",
                 flush ? "yes (memset of twice the L2, as pagedattn bench)" : "no");
     run_pipe<3>(false, buf, total / 2, 512, 8192, 4096, 1500, out, 5);  // 1 GB: W1's K + V
     run_pipe<3>(false, buf, total, 512, 8192, 4096, 1500, out, 5);
+    // One wave: every CTA slot streams an equal share of the 1 GB (a stream-K cut).
+    run_pipe<3>(false, buf, total / 2, 2 * sms, 8192, 4096, 1500, out, 5);
     const float ms = time_ms([&] { ld_kernel<<<1, 32>>>(reinterpret_cast<const int4*>(buf), 32, out); }, 20);
     std::printf("a one-warp kernel reading 512 bytes: %.2f us\n", ms * 1e3);
   }
