@@ -76,6 +76,9 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   // is one KV head of 8, its 256-byte token rows 2 KB apart (the 8 heads interleaved), each
   // copy instruction 4 rows x 128 bytes.
   const int mode = a.mode;
+  // bit 3 (with bit 2): the copies carry an L2 evict_first policy.
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   const long long half = a.half;
   auto issue = [&](int t, int st) {
     const unsigned d = dst0 + st * W + lane * 16;
@@ -89,7 +92,12 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
         const char* ks = a.src + region + row * 2048 + (blockIdx.x & 7) * 256 + (lane & 7) * 16;
         for (int j = 0; j < 2; ++j) {
           const unsigned dk = dst0 + st * W + ((lane >> 3) + 4 * i) * 256 + (lane & 7) * 16 + j * 128;
-          if (mode & 1) {
+          if (mode & 8) {
+            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk),
+                         "l"(ks + j * 128), "r"(16), "l"(policy));
+            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk + W / 2),
+                         "l"(ks + half + j * 128), "r"(16), "l"(policy));
+          } else if (mode & 1) {
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk), "l"(ks + j * 128), "r"(16));
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk + W / 2), "l"(ks + half + j * 128), "r"(16));
           } else {
@@ -263,12 +271,14 @@ int main() {
       g_flush_bytes = 2 * static_cast<std::size_t>(l2);
       CK(cudaMalloc(&g_flush, g_flush_bytes));
     }
-    std::printf("\nmode 5 (W1's pattern): 1 GB and 2 GB in 512 CTAs, 1 GB in one wave; L2 flushed before each call: %s\n",
+    std::printf("\nmode 5 (W1's pattern): 1 GB and 2 GB in 512 CTAs, 1 GB in one wave, 1 GB with evict_first (mode 12); L2 flushed before each call: %s\n",
                 flush ? "yes (memset of twice the L2, as pagedattn bench)" : "no");
     run_pipe<3>(false, buf, total / 2, 512, 8192, 4096, 1500, out, 5);  // 1 GB: W1's K + V
     run_pipe<3>(false, buf, total, 512, 8192, 4096, 1500, out, 5);
     // One wave: every CTA slot streams an equal share of the 1 GB (a stream-K cut).
     run_pipe<3>(false, buf, total / 2, 2 * sms, 8192, 4096, 1500, out, 5);
+    // The copies marked evict_first in L2 (mode 12): do they spare the flush's dirty lines?
+    run_pipe<3>(false, buf, total / 2, 512, 8192, 4096, 1500, out, 12);
     const float ms = time_ms([&] { ld_kernel<<<1, 32>>>(reinterpret_cast<const int4*>(buf), 32, out); }, 20);
     std::printf("a one-warp kernel reading 512 bytes: %.2f us\n", ms * 1e3);
   }
