@@ -69,7 +69,10 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int W = a.warp_bytes;
   const char* base = a.src + blockIdx.x * a.cta_bytes + warp * W;
-  const unsigned dst0 = smem_u32(sm) + warp * STAGES * W;
+  // bit 4 (with bit 2): shared-memory rows padded to 272 bytes, as the decode kernel's nhd
+  // tiles (rows not aligned to 128 bytes).
+  const int SW = (a.mode & 16) ? W / 256 * 272 : W;  // bytes per warp stage
+  const unsigned dst0 = smem_u32(sm) + warp * STAGES * SW;
   const int ntiles = static_cast<int>(a.cta_bytes / (4 * W));
   // mode bit 0: the zero-fill form (src-size operand); bit 1: keys and values from the two
   // halves of the buffer (two streams per warp); bit 2: the decode kernel's nhd pattern: a CTA
@@ -91,18 +94,19 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
         const long long row = row0 + (lane >> 3) + 4 * i;
         const char* ks = a.src + region + row * 2048 + (blockIdx.x & 7) * 256 + (lane & 7) * 16;
         for (int j = 0; j < 2; ++j) {
-          const unsigned dk = dst0 + st * W + ((lane >> 3) + 4 * i) * 256 + (lane & 7) * 16 + j * 128;
+          const unsigned pitch = (mode & 16) ? 272 : 256;
+          const unsigned dk = dst0 + st * SW + ((lane >> 3) + 4 * i) * pitch + (lane & 7) * 16 + j * 128;
           if (mode & 8) {
             asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk),
                          "l"(ks + j * 128), "r"(16), "l"(policy));
-            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk + W / 2),
+            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk + SW / 2),
                          "l"(ks + half + j * 128), "r"(16), "l"(policy));
           } else if (mode & 1) {
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk), "l"(ks + j * 128), "r"(16));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk + W / 2), "l"(ks + half + j * 128), "r"(16));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk + SW / 2), "l"(ks + half + j * 128), "r"(16));
           } else {
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk), "l"(ks + j * 128));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + W / 2), "l"(ks + half + j * 128));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + SW / 2), "l"(ks + half + j * 128));
           }
         }
       }
@@ -130,7 +134,7 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
     if (nt < ntiles) issue(nt, nt % STAGES);
     asm volatile("cp.async.commit_group;\n" ::);
     int v;
-    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(dst0 + (t % STAGES) * W + lane * 16));
+    asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(dst0 + (t % STAGES) * SW + lane * 16));
     acc ^= v;
     spin(a.delay);
   }
@@ -219,23 +223,30 @@ float time_ms(F launch, int reps) {
   return v[v.size() / 2];
 }
 
+// Reads `bytes` (keys and values together in modes 2/4: keys from the buffer's first GiB,
+// values from its second, so at most 1 GiB there) and prints the rate.
 template <int STAGES>
-void run_pipe(bool bulk, const char* src, long long total, int ctas, int W, int piece, int delay,
+void run_pipe(bool bulk, const char* src, long long bytes, int ctas, int W, int piece, int delay,
               int* out, int mode = 0) {
-  // Modes 2 and 4 read keys from the first half of the buffer and values from the second.
-  const long long span = mode & 6 ? total / 2 : total;
-  Args a{src, span / ctas / (4LL * W) * (4LL * W), W, piece, delay, out, mode, total / 2};
-  const std::size_t smem = std::size_t{4} * STAGES * W;
+  const long long half = 1LL << 30;
+  if ((mode & 6) && bytes > half) {
+    std::printf("mode %d: at most 1 GiB\n", mode);
+    return;
+  }
+  Args a{src, bytes / ctas / (4LL * W) * (4LL * W), W, piece, delay, out, mode, half};
+  const int sw = (mode & 16) ? W / 256 * 272 : W;
+  const std::size_t smem = std::size_t{4} * STAGES * sw;
   auto k = bulk ? bulk_kernel<STAGES> : cpasync_kernel<STAGES>;
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 128, smem));
   const float ms = time_ms([&] { k<<<ctas, 128, smem>>>(a); }, 10);
   CK(cudaGetLastError());
-  const double bytes = static_cast<double>(a.cta_bytes) * ctas;
-  std::printf("mode %d %-8s stages %d  warp tile %6d B  piece %5d  ctas %5d (%d/SM)  delay %5d  %7.0f GB/s\n",
+  const double read = static_cast<double>(a.cta_bytes) * ctas;
+  std::printf("mode %2d %-8s stages %d  warp tile %6d B  piece %5d  ctas %5d (%d/SM)  delay %5d  "
+              "%.2f GiB  %7.1f us  %7.0f GB/s\n",
               mode, bulk ? "bulk" : "cp.async", STAGES, W, bulk ? piece : 16, ctas, per_sm, delay,
-              bytes / ms / 1e6);
+              read / (1 << 30), ms * 1e3, read / ms / 1e6);
 }
 
 int main() {
@@ -253,7 +264,7 @@ int main() {
     std::printf("ld.global 16 B, full occupancy (the bench's read ceiling): %.0f GB/s\n", total / ms / 1e6);
   }
   const int w2 = 4 * sms;  // two waves of two CTAs per SM, as W1's 512 CTAs
-  std::printf("\n2 GB, no flush: copy engine, per-tile work, waves\n");
+  std::printf("\n2 GiB, no flush: copy engine, per-tile work, waves\n");
   for (int bulk = 0; bulk < 2; ++bulk)
     for (int delay : {0, 1500, 3000}) {
       run_pipe<3>(bulk, buf, total, w2, 8192, 4096, delay, out);
@@ -262,8 +273,8 @@ int main() {
   for (int piece : {256, 1024, 8192}) run_pipe<3>(true, buf, total, w2, 8192, piece, 1500, out);
   run_pipe<2>(false, buf, total, w2, 8192, 4096, 1500, out);
   run_pipe<4>(false, buf, total, w2, 4096, 4096, 1500, out);
-  std::printf("\n2 GB, no flush: the decode kernel's access pattern (modes)\n");
-  for (int mode : {0, 1, 2, 4, 5}) run_pipe<3>(false, buf, total, w2, 8192, 4096, 1500, out, mode);
+  std::printf("\n1 GiB, no flush: the decode kernel's access pattern (modes)\n");
+  for (int mode : {0, 1, 2, 4, 5, 21}) run_pipe<3>(false, buf, 1LL << 30, w2, 8192, 4096, 1500, out, mode);
   for (int flush = 0; flush < 2; ++flush) {
     if (flush) {
       int l2 = 0;
@@ -271,14 +282,14 @@ int main() {
       g_flush_bytes = 2 * static_cast<std::size_t>(l2);
       CK(cudaMalloc(&g_flush, g_flush_bytes));
     }
-    std::printf("\nmode 5 (W1's pattern): 1 GB and 2 GB in 512 CTAs, 1 GB in one wave, 1 GB with evict_first (mode 12); L2 flushed before each call: %s\n",
+    std::printf("\nW1's size (1 GiB) and pattern (mode 5) in 512 CTAs; one wave; evict_first (12); "
+                "padded shared rows (21); 2 GiB (mode 0). L2 flushed before each call: %s\n",
                 flush ? "yes (memset of twice the L2, as pagedattn bench)" : "no");
-    run_pipe<3>(false, buf, total / 2, 512, 8192, 4096, 1500, out, 5);  // 1 GB: W1's K + V
-    run_pipe<3>(false, buf, total, 512, 8192, 4096, 1500, out, 5);
-    // One wave: every CTA slot streams an equal share of the 1 GB (a stream-K cut).
-    run_pipe<3>(false, buf, total / 2, 2 * sms, 8192, 4096, 1500, out, 5);
-    // The copies marked evict_first in L2 (mode 12): do they spare the flush's dirty lines?
-    run_pipe<3>(false, buf, total / 2, 512, 8192, 4096, 1500, out, 12);
+    run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 5);
+    run_pipe<3>(false, buf, 1LL << 30, 2 * sms, 8192, 4096, 1500, out, 5);
+    run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 12);
+    run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 21);
+    run_pipe<3>(false, buf, total, 512, 8192, 4096, 1500, out, 0);
     const float ms = time_ms([&] { ld_kernel<<<1, 32>>>(reinterpret_cast<const int4*>(buf), 32, out); }, 20);
     std::printf("a one-warp kernel reading 512 bytes: %.2f us\n", ms * 1e3);
   }
