@@ -13,6 +13,7 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/core/numeric.h"
+#include "tests/unit/synthetic_device.h"
 
 namespace pagedattn {
 namespace {
@@ -411,12 +412,7 @@ TEST(Select, ForcedTileAndSplitsAreHonouredOrRejected) {
 TEST(Select, CudaNeverAsksForMoreSharedMemoryThanTheDeviceHas) {
   // Synthetic devices: an H100/H200 (227 KiB opt-in), an sm_86-like 99 KiB and a 48 KiB one.
   for (std::int64_t limit : {232448LL, 101376LL, 49152LL}) {
-    DeviceInfo info;
-    info.device = Device::cuda(0);
-    info.name = "synthetic";
-    info.num_units = 132;
-    info.cc_major = 9;
-    info.max_shared_memory_per_block = limit;
+    const DeviceInfo info = testing::synthetic_cuda_device(limit);
     for (int head : {32, 64, 128, 192, 256}) {
       for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kFloat8E5M2}) {
         int tile = -1;

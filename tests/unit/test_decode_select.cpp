@@ -19,12 +19,13 @@
 #include "src/cuda/decode_split.h"
 #include "src/cuda/mma_args.h"
 #include "src/cuda/prefill_mma.h"
+#include "tests/unit/synthetic_device.h"
 
 namespace pagedattn::cuda {
 namespace {
 
-constexpr std::int64_t kH200Smem = 232448;  // opt-in bytes per block on sm_90
-constexpr int kH200Units = 132;
+constexpr std::int64_t kH200Smem = testing::kH200SharedMemoryPerBlock;
+using testing::kH200Units;
 
 ProblemDesc decode_problem(const std::vector<int>& seq_lens, int heads, int kv_heads, int head) {
   ProblemDesc p;
@@ -51,12 +52,7 @@ int kernel_splits(int len, int window, int chunk) {
 }
 
 DeviceInfo synthetic_h200(int units = kH200Units, int cc_major = 9) {
-  DeviceInfo info;
-  info.device = Device::cuda(0);
-  info.num_units = units;
-  info.cc_major = cc_major;
-  info.max_shared_memory_per_block = kH200Smem;
-  return info;
+  return testing::synthetic_cuda_device(kH200Smem, units, cc_major);
 }
 
 TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {

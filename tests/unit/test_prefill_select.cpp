@@ -10,21 +10,13 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/cuda/prefill_mma.h"
+#include "tests/unit/synthetic_device.h"
 
 namespace pagedattn::cuda {
 namespace {
 
-constexpr std::int64_t kH200Smem = 232448;  // opt-in bytes per block on sm_90
-
-DeviceInfo synthetic_gpu(std::int64_t smem = kH200Smem) {
-  DeviceInfo info;
-  info.device = Device::cuda(0);
-  info.name = "synthetic";
-  info.num_units = 132;
-  info.cc_major = 9;
-  info.max_shared_memory_per_block = smem;
-  return info;
-}
+constexpr std::int64_t kH200Smem = testing::kH200SharedMemoryPerBlock;
+using testing::synthetic_cuda_device;
 
 /// Two 512-token prefill chunks and 96 decodes, Llama-3-8B-like heads (32/8, head 128, bf16).
 ProblemDesc mixed_problem() {
@@ -147,7 +139,7 @@ TEST(PrefillMmaSelect, RowTilesFlattenTheGqaGroup) {
 }
 
 TEST(PrefillMmaSelect, SelectKernelRoutesPrefillRows) {
-  const DeviceInfo info = synthetic_gpu();
+  const DeviceInfo info = synthetic_cuda_device();
   auto c = select_kernel(mixed_problem(), info);
   if (!built_with_cuda()) {
     ASSERT_EQ(c.status().code(), StatusCode::kDeviceUnavailable);
@@ -194,7 +186,7 @@ TEST(PrefillMmaSelect, SelectKernelRoutesPrefillRows) {
 
 TEST(PrefillMmaSelect, SelectKernelExplainsWhyNot) {
   if (!built_with_cuda()) GTEST_SKIP() << "no CUDA backend in this build";
-  const DeviceInfo info = synthetic_gpu();
+  const DeviceInfo info = synthetic_cuda_device();
   struct Case {
     const char* what;
     ProblemDesc problem;
@@ -233,12 +225,12 @@ TEST(PrefillMmaSelect, SelectKernelExplainsWhyNot) {
   }
   // A 48 KiB device: head 64 still fits two stages, head 128 does not.
   ProblemDesc p = mixed_problem();
-  auto k = select_kernel(p, synthetic_gpu(48 * 1024));
+  auto k = select_kernel(p, synthetic_cuda_device(48 * 1024));
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   EXPECT_FALSE(k->prefill_rows_mma);
   EXPECT_LE(k->shared_memory_bytes, 48 * 1024);
   p.head_size = 64;
-  k = select_kernel(p, synthetic_gpu(48 * 1024));
+  k = select_kernel(p, synthetic_cuda_device(48 * 1024));
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   EXPECT_TRUE(k->prefill_rows_mma) << k->reason;
   EXPECT_LE(k->shared_memory_bytes, 48 * 1024);
