@@ -79,12 +79,22 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   // is one KV head of 8, its 256-byte token rows 2 KB apart (the 8 heads interleaved), each
   // copy instruction 4 rows x 128 bytes.
   const int mode = a.mode;
-  // bit 3 (with bit 2): the copies carry an L2 evict_first policy.
+  // bit 3: the copies carry an L2 evict_first policy.
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   const long long half = a.half;
+  // One 16-byte copy in the form the mode asks for.
+  auto copy16 = [&](unsigned dst, const char* src) {
+    if (mode & 8)
+      asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                   "l"(src), "r"(16), "l"(policy));
+    else if (mode & 1)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(16));
+    else
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+  };
   auto issue = [&](int t, int st) {
-    const unsigned d = dst0 + st * W + lane * 16;
+    const unsigned d = dst0 + st * SW + lane * 16;
     if (mode & 4) {
       // CTA c: head c % 8 of region c / 8; warp tile t covers rows 16t' .. of the region.
       const long long region = (blockIdx.x >> 3) * (a.cta_bytes * 8);
@@ -96,18 +106,8 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
         for (int j = 0; j < 2; ++j) {
           const unsigned pitch = (mode & 16) ? 272 : 256;
           const unsigned dk = dst0 + st * SW + ((lane >> 3) + 4 * i) * pitch + (lane & 7) * 16 + j * 128;
-          if (mode & 8) {
-            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk),
-                         "l"(ks + j * 128), "r"(16), "l"(policy));
-            asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dk + SW / 2),
-                         "l"(ks + half + j * 128), "r"(16), "l"(policy));
-          } else if (mode & 1) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk), "l"(ks + j * 128), "r"(16));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dk + SW / 2), "l"(ks + half + j * 128), "r"(16));
-          } else {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk), "l"(ks + j * 128));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dk + SW / 2), "l"(ks + half + j * 128));
-          }
+          copy16(dk, ks + j * 128);             // key row
+          copy16(dk + SW / 2, ks + half + j * 128);  // value row
         }
       }
       return;
@@ -116,10 +116,7 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
     for (int o = 0; o < W; o += 512) {
       const char* src = s + o;
       if ((mode & 2) && o >= W / 2) src = s + half + o - W / 2;
-      if (mode & 1)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + o), "l"(src), "r"(16));
-      else
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + o), "l"(src));
+      copy16(d + o, src);
     }
   };
   for (int st = 0; st < STAGES - 1; ++st) {
