@@ -155,11 +155,15 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
     decode_mma_kernel(const DecodeParams p) {
   constexpr int TOK = kDecodeTileTokens;
   constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
-  // nhd/hnd tiles: token rows padded by 16 bytes, so that the 8 rows an ldmatrix phase reads
-  // fall in 8 different bank groups and every address is a register plus an immediate.
-  constexpr int PITCH = SPLIT ? HEAD : HEAD + 8;
-  constexpr unsigned PB = PITCH * 2;           // bytes per token row
-  constexpr unsigned TILE_B = TOK * PITCH * 2;  // bytes per K (or V) tile
+  // nhd/hnd tiles: unpadded token rows whose 16-byte chunks are XOR-swizzled with the row
+  // (chunk c of row r at c ^ (r % 8)), so that the 8 rows an ldmatrix phase reads fall in 8
+  // different bank groups. Rows padded by 16 bytes would avoid the conflicts too, but then
+  // most cp.async destinations straddle 128-byte lines, which costs ~8% of the copy rate
+  // (docs/performance.md, "Where W1's time goes"). The swizzle needs one XOR per ldmatrix:
+  // tiles start on 256-byte boundaries, so a lane's address for chunk c0 + 2s is its address
+  // for chunk c0 with bits 5-7 XORed by s.
+  constexpr unsigned PB = HEAD * 2;             // bytes per token row
+  constexpr unsigned TILE_B = TOK * HEAD * 2;   // bytes per K (or V) tile
   constexpr int KSTEPS = HEAD / 16;
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
@@ -167,7 +171,9 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_work[2];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  const unsigned sK = smem_addr(sQ + NH * HEAD);
+  // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
+  // reserves the slack).
+  const unsigned sK = (smem_addr(sQ + NH * HEAD) + 255u) & ~255u;
   const unsigned sV = sK + STAGES * TILE_B;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -176,16 +182,20 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
   // Per-lane shared-memory addresses (stage 0); a stage adds a multiple of TILE_B and every
   // other offset is an immediate.
   //   nhd/hnd copies: 8 lanes per token row (whole 128-byte lines per copy instruction), rows
-  //     lane/8 + 4i of the warp's 16, chunks lane%8 + 8j.
+  //     lane/8 + 4i of the warp's 16, chunks lane%8 + 8j (swizzled: XOR lane/8 + 4(i%2), so
+  //     k_dst is the address for even i and k_dst ^ 64 for odd i).
+  //   nhd/hnd ldmatrix: row r = lane%8 (+8), logical chunk c0 (0 or 1, from the lane) + 2s at
+  //     physical c0 ^ lane%8 ^ 2s: k_ld / v_ld hold it for s = 0.
   //   split copies: keys [chunk][token][8] (lane%16 = token, chunks lane/16 + 2k: 16 tokens of
   //     one chunk are contiguous in the cache), values [warp][dim][16 tokens] with the two
   //     8-token halves swapped on dims with bit 2 set (lane%2 = half, dims lane/2 + 16k).
   unsigned k_dst, v_dst, k_ld, v_ld;
   if constexpr (!SPLIT) {
-    k_dst = sK + (warp * 16 + (lane >> 3)) * PB + (lane & 7) * 16;
+    const int x = lane & 7;
+    k_dst = sK + (warp * 16 + (lane >> 3)) * PB + ((x ^ (lane >> 3)) << 4);
     v_dst = k_dst + STAGES * TILE_B;
-    k_ld = sK + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * PB + (lane >> 4) * 16;
-    v_ld = sV + (warp * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * PB + ((lane >> 3) & 1) * 16;
+    k_ld = sK + (warp * 16 + x + ((lane >> 3) & 1) * 8) * PB + (((lane >> 4) ^ x) << 4);
+    v_ld = sV + (warp * 16 + x + ((lane >> 4) & 1) * 8) * PB + ((((lane >> 3) & 1) ^ x) << 4);
   } else {
     k_dst = sK + ((lane >> 4) * TOK + warp * 16 + (lane & 15)) * 16;
     const int d0 = lane >> 1, h = lane & 1;
@@ -373,8 +383,9 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
             const int bytes = kok[i] ? 16 : 0;
 #pragma unroll
             for (int j = 0; j < CH / 8; ++j) {
-              cp_async16(kd + i * 4 * PB + j * 128, ks + j * 128, bytes);
-              cp_async16(kd + STAGES * TILE_B + i * 4 * PB + j * 128, vs + j * 128, bytes);
+              const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
+              cp_async16(d, ks + j * 128, bytes);
+              cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
             }
           }
         } else {
@@ -453,7 +464,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
 #pragma unroll
         for (int ks = 0; ks < KSTEPS; ++ks) {
           unsigned a[4];
-          ldmatrix_x4(a, kst + (SPLIT ? ks * 2 * TOK * 16 : ks * 32));
+          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
@@ -539,7 +550,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
           // A fragment of V^T (16 dims x 16 tokens).
           unsigned a[4];
           if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
-          else ldmatrix_x4_trans(a, vst + dt * 32);
+          else ldmatrix_x4_trans(a, vst ^ (dt * 32u));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
         }

@@ -46,11 +46,11 @@ inline constexpr int kMaxClusterSplits = 8;
 /// each CTA keeps tens of KB in flight).
 inline int decode_mma_stages(int head_size) { return head_size <= 64 ? 4 : 3; }
 
-/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 token rows, each
-/// row padded by 16 bytes against bank conflicts) plus 16 query rows.
+/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
+/// swizzled token rows) plus 16 query rows and 256 bytes to align the tiles.
 inline std::int64_t decode_mma_smem_bytes(int head_size) {
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * (head_size + 8) * 2;  // 16-bit elements
-  return decode_mma_stages(head_size) * 2 * tile + 16 * head_size * 2;
+  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * 2;  // 16-bit elements
+  return decode_mma_stages(head_size) * 2 * tile + 16 * head_size * 2 + 256;
 }
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
