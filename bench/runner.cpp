@@ -48,7 +48,7 @@ class DeviceBuffer {
 
 Result<BenchResult> run_workload(const Workload& w, int device,
                                  const cuda::bench::TimingOptions& timing, double ceiling_gbps,
-                                 std::uint64_t seed) {
+                                 std::uint64_t seed, const PlanOptions& options) {
   const Device dev = Device::cuda(device);
   const int num_seqs = static_cast<int>(w.seq_lens.size());
   std::vector<std::int32_t> seq_lens(w.seq_lens.begin(), w.seq_lens.end());
@@ -112,7 +112,7 @@ Result<BenchResult> run_workload(const Workload& w, int device,
   host.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {num_seqs});
   host.query_start_loc = TensorView::contiguous(qsl.data(), DType::kInt32, {num_seqs + 1});
 
-  auto plan = plan_attention(args, host);
+  auto plan = plan_attention(args, host, options);
   if (!plan.ok()) return plan.status();
   DeviceBuffer ws;
   PAGEDATTN_RETURN_IF_ERROR(ws.allocate(plan->workspace_bytes()));

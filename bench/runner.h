@@ -24,10 +24,11 @@ struct BenchResult {
 };
 
 /// Time `w` on CUDA device `device`. `ceiling_gbps` (> 0) is the read ceiling measured in the
-/// same run. Errors: allocation, planning or CUDA failures, as Status.
+/// same run; `options` go to plan_attention (default: the selection function decides).
+/// Errors: allocation, planning or CUDA failures, as Status.
 Result<BenchResult> run_workload(const Workload& w, int device,
                                  const cuda::bench::TimingOptions& timing, double ceiling_gbps,
-                                 std::uint64_t seed);
+                                 std::uint64_t seed, const PlanOptions& options = {});
 
 /// Median of a sample (0 for an empty one).
 double median_of(std::vector<double> v);

@@ -38,6 +38,7 @@ struct BenchFlags {
   std::string csv;
   std::string json;
   std::uint64_t seed = 1;
+  int splits = 0;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -65,6 +66,7 @@ int run_bench(const BenchFlags& f) {
   };
   if (f.iters < 1) return usage("--iters " + std::to_string(f.iters) + ": expected >= 1");
   if (f.warmup < 0) return usage("--warmup " + std::to_string(f.warmup) + ": expected >= 0");
+  if (f.splits < 0) return usage("--splits " + std::to_string(f.splits) + ": expected >= 0");
   if (!(std::isfinite(f.ceiling_gb) && f.ceiling_gb > 0 && f.ceiling_gb <= 64))
     return usage("--ceiling-gb " + std::to_string(f.ceiling_gb) + ": expected a value in (0, 64]");
   auto layout = parse_layout(f.layout);
@@ -123,7 +125,9 @@ int run_bench(const BenchFlags& f) {
   std::vector<bench::BenchResult> results;
   int failures = 0;
   for (const auto& w : all) {
-    auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed);
+    PlanOptions plan_options;
+    plan_options.num_splits = f.splits;
+    auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
     if (!r.ok()) {
       fmt::print("{:<18} FAILED: {}\n", w.name, r.status().to_string());
       ++failures;
@@ -143,6 +147,7 @@ int run_bench(const BenchFlags& f) {
   j["layout"] = f.layout;
   j["iters"] = f.iters;
   j["l2_flushed"] = !f.no_flush;
+  j["forced_splits"] = f.splits;
   for (const auto& r : results) {
     nlohmann::json row;
     row["name"] = r.workload.name;
@@ -219,6 +224,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV");
   cmd->add_option("--json", flags->json, "write results as JSON");
+  cmd->add_option("--splits", flags->splits,
+                  "KV splits per sequence for every workload (0: the planner chooses; an "
+                  "experiment knob, PlanOptions::num_splits)");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
   return [flags] { return run_bench(*flags); };
