@@ -686,53 +686,95 @@ __global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
   }
 }
 
+/// Most threads of the merge kernel's CTA (HEAD / 4 per split group, at most as many groups
+/// as the call has splits: a batch of two-split sequences launches thousands of these CTAs).
+constexpr int kMergeThreads = 256;
+
 /// Combine the splits of each (decode sequence, query head): a fixed-order log-sum-exp merge
-/// (deterministic), adding the sink once. Warp 0 turns the split LSEs into weights in shared
-/// memory with all loads of a lane in flight together; then each thread sums its head dim over
-/// the splits (independent loads, unrolled), so the merge costs two memory round trips rather
-/// than two per split.
+/// (deterministic), adding the sink once. The merge runs after the split kernel, so its own
+/// time is added to the call: it is latency-bound, and its cost is the number of dependent
+/// memory round trips. Here a thread owns 4 head dims (one 16-byte load per split) and one of
+/// G split groups, loads the LSEs and partial outputs of up to 8 of its splits in one batch
+/// (one round trip for up to 8 G splits: 64 for head 128), folds them into a running
+/// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
+/// metadata loads go out together first: two round trips in all, where one thread per head dim
+/// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
+/// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
 template <class T, int HEAD>
-__global__ void __launch_bounds__(HEAD) decode_merge_kernel(const DecodeParams p) {
-  __shared__ float weight[kMaxDecodeSplits];
-  __shared__ float total[2];
-  const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int V = HEAD / 4;                // threads per output row
+  constexpr int GMAX = kMergeThreads / V;    // split groups at most
+  constexpr int U = 8;                       // splits per thread per batch
+  const int G = static_cast<int>(blockDim.x) / V;
+  __shared__ float s_m[GMAX], s_l[GMAX];
+  __shared__ __align__(16) float s_acc[GMAX][HEAD];
+  const int h = blockIdx.x, s = blockIdx.y;
+  const int g = threadIdx.x / V, c = threadIdx.x % V;
   const int q0 = p.qsl[s * p.qsl_stride];
-  if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return;
+  const int q1 = p.qsl[(s + 1) * p.qsl_stride];
   const int len = p.seq_lens[s * p.sl_stride];
+  if (q1 - q0 != 1) return;
   int start, valid_lo, end, nsplit;
   split_range(p, len, 0, &start, &valid_lo, &end, &nsplit);
   if (nsplit <= 1) return;  // the split kernel wrote the output itself
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
-  if (d < 32) {
-    float M = -INFINITY;
-    for (int i = d; i < nsplit; i += 32)
-      M = fmaxf(M, p.part_lse[base + static_cast<std::int64_t>(i) * p.num_heads]);
-    M = warp_max(M);
-    float sk = -INFINITY;
-    if (p.sinks != nullptr) {
-      sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
-      M = fmaxf(M, sk);
+  float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i0 = g; i0 < nsplit; i0 += G * U) {
+    float lse[U];
+    float4 o[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * G;
+      const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
+      lse[u] = i < nsplit ? p.part_lse[row] : -INFINITY;
+      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * HEAD + 4 * c)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    float den = 0.f;
-    for (int i = d; i < nsplit; i += 32) {
-      const float l = p.part_lse[base + static_cast<std::int64_t>(i) * p.num_heads];
-      const float w = l == -INFINITY ? 0.f : __expf(l - M);
-      weight[i] = w;
-      den += w;
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) mb = fmaxf(mb, lse[u]);
+    if (mb == -INFINITY) continue;  // only empty splits so far
+    const float r = __expf(m - mb);  // 0 while m is -inf
+    l *= r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] *= r;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float w = __expf(lse[u] - mb);  // 0 for an empty split (-inf)
+      l += w;
+      acc[0] += w * o[u].x;
+      acc[1] += w * o[u].y;
+      acc[2] += w * o[u].z;
+      acc[3] += w * o[u].w;
     }
-    den = warp_sum(den);
-    if (d == 0) {
-      total[0] = M;
-      total[1] = den + (sk == -INFINITY ? 0.f : __expf(sk - M));
-    }
+    m = mb;
   }
+  if (c == 0) {
+    s_m[g] = m;
+    s_l[g] = l;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) s_acc[g][4 * c + k] = acc[k];
   __syncthreads();
-  float acc = 0.f;
-#pragma unroll 8
-  for (int i = 0; i < nsplit; ++i)
-    acc += weight[i] * p.part_o[(base + static_cast<std::int64_t>(i) * p.num_heads) * HEAD + d];
-  const float den = total[1];
-  store_output<T>(p, q0, h, d, acc / den, total[0] + __logf(den));
+  if (g != 0) return;
+  float M = -INFINITY;
+  for (int j = 0; j < G; ++j) M = fmaxf(M, s_m[j]);
+  float sk = -INFINITY;
+  if (p.sinks != nullptr) {
+    sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+    M = fmaxf(M, sk);
+  }
+  float den = sk == -INFINITY ? 0.f : __expf(sk - M);
+  float out[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < G; ++j) {
+    const float w = s_m[j] == -INFINITY ? 0.f : __expf(s_m[j] - M);
+    den += w * s_l[j];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
+  }
+  const float lse_total = M + __logf(den);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) store_output<T>(p, q0, h, 4 * c + k, out[k] / den, lse_total);
 }
 
 /// Launch geometry of one call.
@@ -772,7 +814,8 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
-    decode_merge_kernel<T, HEAD><<<dim3(p.num_heads, gr.num_seqs), HEAD, 0, stream>>>(p);
+    const int groups = std::min(gr.num_splits, kMergeThreads / (HEAD / 4));
+    decode_merge_kernel<T, HEAD><<<dim3(p.num_heads, gr.num_seqs), groups * (HEAD / 4), 0, stream>>>(p);
     PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: merge launch");
   }
   return Status::Ok();
