@@ -18,8 +18,10 @@ constexpr int kMinChunkTokens = 64;
 /// two waves is best: longer CTAs pay their pipeline fill and epilogue less often, and two
 /// waves still let the hardware scheduler even out unequal lengths.
 constexpr int kWaves = 2;
-/// Longest split of a one-wave cut that still beats the two-wave cut of a small batch.
+/// Split lengths at or below which, and at or above which (when balanced), a small batch is
+/// cut for one wave (decode_mma_chunk).
 constexpr int kShortChunkTokens = 512;
+constexpr int kLongChunkTokens = 2048;
 
 }  // namespace
 
@@ -93,14 +95,23 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
         kMinChunkTokens, total * pr.num_kv_heads / (slots * kWaves));
     std::int64_t n = std::max<std::int64_t>(1, (longest + target / 2) / target);
     const std::int64_t ctas = std::int64_t{std::max(1, pr.batch.num_decode_seqs)} * pr.num_kv_heads;
-    // A small batch cut for two waves gets CTAs only a few tiles long, whose pipeline fill and
-    // merge then dominate: when every (sequence, KV head) fits in one wave and the one-wave cut
-    // still gives short splits, cut for one wave. Measured on the H200 (one sequence of 4096
-    // per batch entry, 8 KV heads): batch 1 26.0 -> 21.2 us, 2: 34.0 -> 29.1, 4: 43.3 -> 39.5;
-    // batch 8 (one-wave splits of 1024 tokens) went 59.3 -> 63.2, hence the bound.
+    // When every (sequence, KV head) fits in one wave of CTA slots, a one-wave cut can beat
+    // the two-wave one in two cases (measured on the H200, 8 KV heads, batches of 4096-token
+    // sequences unless said):
+    //  - its splits are short: a two-wave cut of a small batch gets CTAs only a few tiles long,
+    //    whose pipeline fill and merge dominate (batch 1: 26.0 -> 21.2 us, 2: 34.0 -> 29.1,
+    //    4: 43.3 -> 39.5);
+    //  - its splits are long and balanced (the longest CTA within 25% of an even share of all
+    //    the work): a second wave then costs a second ramp and tail (batch 16: 86.4 -> 79.0,
+    //    32: 145.6 -> 137.5, one sequence of 131072: 145.0 -> 142.7).
+    // Between the two (batch 8: 1024-token one-wave splits, 56.5 -> 60.1 us) and for skewed
+    // batches (one-wave splits as long as the longest sequence allows: a 32-sequence trace
+    // batch went 455 -> 1105 us) the two-wave cut stays.
     if (ctas <= slots && ctas * n > slots) {
       const std::int64_t n1 = std::max<std::int64_t>(1, slots / ctas);
-      if ((longest + n1 - 1) / n1 <= kShortChunkTokens) n = n1;
+      const std::int64_t chunk1 = (longest + n1 - 1) / n1;
+      const bool balanced = chunk1 * slots * 4 <= total * pr.num_kv_heads * 5;
+      if (chunk1 <= kShortChunkTokens || (chunk1 >= kLongChunkTokens && balanced)) n = n1;
     }
     // A batch whose CTAs fit in one wave of slots is latency-bound: with at most
     // kMaxClusterSplits splits they merge inside a thread-block cluster (no merge kernel and no

@@ -66,10 +66,16 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
   std::vector<int> w6(64, 512);
   w6[0] = 32768;
   auto uniform = [](int n, int len) { return std::vector<int>(n, len); };
+  auto skewed32 = [] {
+    std::vector<int> v(32, 11603);  // 31 x 11603 + 87370 = 447063 tokens
+    v[0] = 87370;
+    return v;
+  };
   const Case cases[] = {
       {"W1", uniform(64, 4096), 128, 1, false},
       {"W2", uniform(128, 2048), 64, 1, false},
-      {"W3", uniform(1, 131072), 128, 64, false},
+      // One wave (balanced long splits): 32 of 4032 tokens and one of 1024.
+      {"W3", uniform(1, 131072), 128, 33, false},
       {"W6", w6, 128, 32, false},
       // Latency-bound: one wave, so the splits merge inside a cluster.
       {"W7", uniform(1, 1024), 128, 8, true},
@@ -79,8 +85,12 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
       {"batch-4", uniform(4, 4096), 128, 8, true},
       // Here the one-wave cut would give 1024-token splits (measured slower): two waves.
       {"batch-8", uniform(8, 4096), 128, 8, false},
-      {"batch-16", uniform(16, 4096), 128, 4, false},
-      {"batch-32", uniform(32, 4096), 128, 2, false},
+      // One wave again once the one-wave splits are >= 2048 tokens and balanced.
+      {"batch-16", uniform(16, 4096), 128, 2, true},
+      {"batch-32", uniform(32, 4096), 128, 1, false},
+      // Skewed: the one-wave cut would leave the longest sequence unsplit; two waves' worth of
+      // splits instead (as T-mooncake-decode: 32 sequences, longest 87370, 447052 in all).
+      {"skewed-32", skewed32(), 128, 13, false},
   };
   for (const Case& c : cases) {
     const ProblemDesc p = decode_problem(c.lens, 32, 8, c.head);
