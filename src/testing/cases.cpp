@@ -780,6 +780,19 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       c.tag = "dmma" + std::to_string(i);
       add(c);
     }
+    // More splits than the merge kernel folds in one batch (8 per thread: 64 splits for head
+    // 128, 128 for head 64), so its running (max, sum) carries across batches, with a sink and
+    // a split count that is not a multiple of its split groups.
+    for (int head : {128, 64}) {
+      CaseConfig c = base(dev, head == 128 ? KVLayout::kNHD : KVLayout::kHND, 16, head, 16, 4,
+                          b16, b16);
+      set_lengths(&c, {{9000, 1}, {130, 1}, {4100, 1}});
+      c.sinks = true;
+      c.softcap = 30.0f;
+      c.plan.num_splits = 141;  // 64-token splits of the 9000-token sequence
+      c.tag = "dmmamany";
+      add(c);
+    }
   }
 
   // Heavy cases for the GPU only (DESIGN.md §4: run without the sanitizer).
