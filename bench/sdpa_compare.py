@@ -40,7 +40,8 @@ def time_us(fn, iters, warmup, flush):
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for i in range(iters):
-        flush.fill_(i & 0xFF)
+        if flush is not None:
+            flush.fill_(i & 0xFF)
         starts[i].record()
         fn()
         ends[i].record()
@@ -54,12 +55,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--workloads", default="W1,W2,W3,W7")
     ap.add_argument("--json", default="sdpa.json")
+    ap.add_argument("--no-flush", action="store_true",
+                    help="do not flush L2 before each call (as pagedattn bench --no-flush)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
-    flush = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=dev)
+    flush = None if args.no_flush else torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=dev)
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
-    out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__, "results": []}
+    out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+           "l2_flushed": flush is not None, "results": []}
     g = torch.Generator(device=dev).manual_seed(0)
     for name in names:
         b, s, h, kvh, d = WORKLOADS[name]

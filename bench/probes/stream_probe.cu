@@ -74,21 +74,18 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   const int SW = (a.mode & 16) ? W / 256 * 272 : W;  // bytes per warp stage
   const unsigned dst0 = smem_u32(sm) + warp * STAGES * SW;
   const int ntiles = static_cast<int>(a.cta_bytes / (4 * W));
-  // mode bit 0: the zero-fill form (src-size operand); bit 1: keys and values from the two
-  // halves of the buffer (two streams per warp); bit 2: the decode kernel's nhd pattern: a CTA
+  // mode bit 0: the zero-fill form (src-size operand); bit 1 (without bit 2): keys and values
+  // from the two halves of the buffer, each a contiguous stream per CTA, as an hnd cache with
+  // large blocks (before this session's probe, bit 1 read every other half tile); bit 2: the decode kernel's nhd pattern: a CTA
   // is one KV head of 8, its 256-byte token rows 2 KB apart (the 8 heads interleaved), each
   // copy instruction 4 rows x 128 bytes.
   const int mode = a.mode;
-  // bit 3: the copies carry an L2 evict_first policy.
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  // (bit 3, an L2 evict_first policy on the copies, was measured with commit 0bdb89f's probe:
+  // docs/results/stream_probe_evict_first_2026-11-29_h200.txt; it is no longer built.)
   const long long half = a.half;
   // One 16-byte copy in the form the mode asks for.
   auto copy16 = [&](unsigned dst, const char* src) {
-    if (mode & 8)
-      asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-                   "l"(src), "r"(16), "l"(policy));
-    else if (mode & 1)
+    if (mode & 1)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(16));
     else
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
@@ -112,12 +109,18 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
       }
       return;
     }
-    const char* s = base + static_cast<long long>(t) * 4 * W + lane * 16;
-    for (int o = 0; o < W; o += 512) {
-      const char* src = s + o;
-      if ((mode & 2) && o >= W / 2) src = s + half + o - W / 2;
-      copy16(d + o, src);
+    if (mode & 2) {
+      // Keys from the first GiB and values from the second, each stream contiguous per CTA.
+      const char* ks = a.src + blockIdx.x * (a.cta_bytes / 2) +
+                       (static_cast<long long>(t) * 4 + warp) * (W / 2) + lane * 16;
+      for (int o = 0; o < W / 2; o += 512) {
+        copy16(d + o, ks + o);
+        copy16(d + W / 2 + o, ks + half + o);
+      }
+      return;
     }
+    const char* s = base + static_cast<long long>(t) * 4 * W + lane * 16;
+    for (int o = 0; o < W; o += 512) copy16(d + o, s + o);
   };
   for (int st = 0; st < STAGES - 1; ++st) {
     if (st < ntiles) issue(st, st);
@@ -279,14 +282,22 @@ int main() {
       g_flush_bytes = 2 * static_cast<std::size_t>(l2);
       CK(cudaMalloc(&g_flush, g_flush_bytes));
     }
-    std::printf("\nW1's size (1 GiB) and pattern (mode 5) in 512 CTAs; one wave; evict_first (12); "
-                "padded shared rows (21); 2 GiB (mode 0). L2 flushed before each call: %s\n",
+    std::printf("\nW1's size (1 GiB) and pattern (mode 5) in 512 CTAs; one wave; padded shared rows "
+                "(21); keys and values each contiguous per CTA (3, an hnd cache with large blocks); "
+                "2 GiB (mode 0); the read-ceiling kernel on 1 GiB. L2 flushed before each call: %s\n",
                 flush ? "yes (memset of twice the L2, as pagedattn bench)" : "no");
     run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 5);
     run_pipe<3>(false, buf, 1LL << 30, 2 * sms, 8192, 4096, 1500, out, 5);
-    run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 12);
     run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 21);
+    run_pipe<3>(false, buf, 1LL << 30, 512, 8192, 4096, 1500, out, 3);
     run_pipe<3>(false, buf, total, 512, 8192, 4096, 1500, out, 0);
+    {
+      const std::size_t n = (1LL << 30) / 16;
+      const float ms =
+          time_ms([&] { ld_kernel<<<sms * 4, 512>>>(reinterpret_cast<const int4*>(buf), n, out); }, 10);
+      std::printf("ld.global 16 B, full occupancy, 1 GiB: %7.1f us  %7.0f GB/s\n", ms * 1e3,
+                  (1LL << 30) / ms / 1e6);
+    }
     const float ms = time_ms([&] { ld_kernel<<<1, 32>>>(reinterpret_cast<const int4*>(buf), 32, out); }, 20);
     std::printf("a one-warp kernel reading 512 bytes: %.2f us\n", ms * 1e3);
   }
