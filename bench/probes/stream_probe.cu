@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   // from the two halves of the buffer, each a contiguous stream per CTA, as an hnd cache with
   // large blocks (before this session's probe, bit 1 read every other half tile); bit 2: the decode kernel's nhd pattern: a CTA
   // is one KV head of 8, its 256-byte token rows 2 KB apart (the 8 heads interleaved), each
-  // copy instruction 4 rows x 128 bytes.
+  // copy instruction 4 rows x 128 bytes; bit 5 (with bit 2): the same for head 64.
   const int mode = a.mode;
   // (bit 3, an L2 evict_first policy on the copies, was measured with commit 0bdb89f's probe:
   // docs/results/stream_probe_evict_first_2026-11-29_h200.txt; it is no longer built.)
@@ -93,15 +93,17 @@ __global__ void __launch_bounds__(128) cpasync_kernel(Args a) {
   auto issue = [&](int t, int st) {
     const unsigned d = dst0 + st * SW + lane * 16;
     if (mode & 4) {
-      // CTA c: head c % 8 of region c / 8; warp tile t covers rows 16t' .. of the region.
+      // CTA c: head c % 8 of region c / 8; warp tile t covers rows nrow * (4t + warp) .. of
+      // the region. Bit 5: head 64 (128-byte rows, 1 KB apart).
+      const int rb = (mode & 32) ? 128 : 256;  // bytes per token row of one head
       const long long region = (blockIdx.x >> 3) * (a.cta_bytes * 8);
-      const long long row0 = static_cast<long long>(t) * 64 + warp * 16;
-      const int nrow = W / 2 / 256;  // rows per warp tile (K half)
+      const int nrow = W / 2 / rb;  // rows per warp tile (K half)
+      const long long row0 = (static_cast<long long>(t) * 4 + warp) * nrow;
       for (int i = 0; i < nrow / 4; ++i) {
         const long long row = row0 + (lane >> 3) + 4 * i;
-        const char* ks = a.src + region + row * 2048 + (blockIdx.x & 7) * 256 + (lane & 7) * 16;
-        for (int j = 0; j < 2; ++j) {
-          const unsigned pitch = (mode & 16) ? 272 : 256;
+        const char* ks = a.src + region + row * 8 * rb + (blockIdx.x & 7) * rb + (lane & 7) * 16;
+        for (int j = 0; j < rb / 128; ++j) {
+          const unsigned pitch = (mode & 16) ? 272 : rb;
           const unsigned dk = dst0 + st * SW + ((lane >> 3) + 4 * i) * pitch + (lane & 7) * 16 + j * 128;
           copy16(dk, ks + j * 128);             // key row
           copy16(dk + SW / 2, ks + half + j * 128);  // value row
@@ -300,6 +302,14 @@ int main() {
     }
     const float ms = time_ms([&] { ld_kernel<<<1, 32>>>(reinterpret_cast<const int4*>(buf), 32, out); }, 20);
     std::printf("a one-warp kernel reading 512 bytes: %.2f us\n", ms * 1e3);
+  }
+  std::printf("\nW2's shape (head 64: 128-byte rows, 8 heads interleaved; 0.5 GiB): the kernel's "
+              "cut (4 KB warp tiles, 4 stages, 3 CTAs per SM) against 128-token stages (8 KB warp "
+              "tiles, 3 stages, 2 CTAs per SM), and W1's shape for reference. L2 flushed: yes\n");
+  for (int delay : {0, 700, 1400}) {
+    run_pipe<4>(false, buf, 1LL << 29, 1024, 4096, 4096, delay, out, 37);
+    run_pipe<3>(false, buf, 1LL << 29, 512, 8192, 4096, 2 * delay, out, 37);
+    run_pipe<3>(false, buf, 1LL << 29, 512, 8192, 4096, 2 * delay, out, 5);
   }
   return 0;
 }
