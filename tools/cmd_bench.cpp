@@ -77,7 +77,12 @@ int run_bench(const BenchFlags& f) {
     auto v = split_list(f.workloads);
     return std::set<std::string>(v.begin(), v.end());
   }();
+  // Every listed name must name a workload or a group: a typo ("W1,W22") must not quietly
+  // benchmark fewer workloads than asked.
+  std::set<std::string> known{"all"};
   auto wanted = [&](const bench::Workload& w) {
+    known.insert(w.name);
+    known.insert(w.group);
     return wanted_list.count("all") || wanted_list.count(w.group) || wanted_list.count(w.name);
   };
   for (auto& w : bench::standard_workloads(*layout, f.seed))
@@ -87,11 +92,13 @@ int run_bench(const BenchFlags& f) {
   for (auto& w : *traces)
     if (wanted(w)) all.push_back(w);
   for (auto& w : bench::sweep_workloads(*layout))
-    if (f.sweep || wanted(w)) all.push_back(w);
-  if (all.empty())
-    return usage("--workloads '" + f.workloads + "' selects nothing (names: W1..W7, "
-                 "T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
-                 "standard, trace, sweep-ctx, sweep-batch, all)");
+    if (wanted(w) || f.sweep) all.push_back(w);
+  const char* names_help =
+      " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
+      "standard, trace, sweep-ctx, sweep-batch, all)";
+  for (const std::string& name : wanted_list)
+    if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
+  if (all.empty()) return usage("--workloads '" + f.workloads + "' selects nothing" + names_help);
   auto info = query_device(Device::cuda(0));
   if (!info.ok()) return report_failure("bench", info.status(), false);
   // A bad output path fails before any GPU work, without truncating an existing file (the
@@ -124,13 +131,14 @@ int run_bench(const BenchFlags& f) {
   cuda::bench::TimingOptions timing{f.warmup, f.iters, !f.no_flush};
   std::vector<bench::BenchResult> results;
   int failures = 0;
+  Status first_failure = Status::Ok();
   for (const auto& w : all) {
     PlanOptions plan_options;
     plan_options.num_splits = f.splits;
     auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
     if (!r.ok()) {
       fmt::print("{:<18} FAILED: {}\n", w.name, r.status().to_string());
-      ++failures;
+      if (failures++ == 0) first_failure = r.status();
       continue;
     }
     fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {}\n", w.name,
@@ -202,7 +210,8 @@ int run_bench(const BenchFlags& f) {
     }
     if (!csv_out.flush()) return usage("--csv " + f.csv + ": write failed");
   }
-  return failures ? kExitInvalid : kExitOk;
+  // A workload that failed to run: the exit status of its error (3 when the device went away).
+  return failures ? exit_code_for(first_failure) : kExitOk;
 }
 
 }  // namespace
@@ -222,8 +231,8 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--warmup", flags->warmup, "untimed calls first");
   cmd->add_flag("--no-flush", flags->no_flush, "do not flush L2 before each call");
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
-  cmd->add_option("--csv", flags->csv, "write results as CSV");
-  cmd->add_option("--json", flags->json, "write results as JSON");
+  cmd->add_option("--csv", flags->csv, "write results as CSV")->check(kNonEmpty);
+  cmd->add_option("--json", flags->json, "write results as JSON")->check(kNonEmpty);
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");

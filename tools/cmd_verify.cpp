@@ -125,7 +125,8 @@ Action register_verify(CLI::App& app) {
   CLI::Option* cases = sub->add_option(
       "--cases", flags->cases,
       "named cases instead of one configuration: all, or globs ('*' and '?') separated by "
-      "commas; names are the GoogleTest names");
+      "commas; names are the GoogleTest names")
+      ->check(kNonEmpty);
   CLI::Option* quick = sub->add_flag(
       "--quick", flags->quick,
       "the small sanitizer subset of the named cases (all of it, or those --cases selects)");

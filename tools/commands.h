@@ -73,6 +73,11 @@ inline const CLI::Validator kNonNegativeInteger(
     // No description: CLI11 would print it after the option's own type ("UINT:UINT").
     "");
 
+/// Rejects an empty value (an option given as '' would otherwise mean "not given").
+inline const CLI::Validator kNonEmpty(
+    [](std::string& s) { return s.empty() ? std::string("expected a non-empty value") : std::string(); },
+    "");
+
 Action register_run(CLI::App& app);
 Action register_verify(CLI::App& app);
 Action register_explain(CLI::App& app);
