@@ -11,10 +11,6 @@ import argparse
 import json
 import statistics
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
 # name: (batch, context, num_heads, num_kv_heads, head_size)
 WORKLOADS = {
     "W1": (64, 4096, 32, 8, 128),
@@ -27,10 +23,11 @@ for ctx in [512, 1024, 2048, 4096, 8192, 16384, 32768]:
 for b in [1, 2, 4, 8, 16, 32, 64, 128, 256]:
     WORKLOADS[f"batch-{b}"] = (b, 4096, 32, 8, 128)
 
+# SDPA backends tried (torch.nn.attention.SDPBackend member names).
 BACKENDS = {
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": "CUDNN_ATTENTION",
+    "flash": "FLASH_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
 }
 
 
@@ -58,10 +55,18 @@ def main():
     ap.add_argument("--no-flush", action="store_true",
                     help="do not flush L2 before each call (as pagedattn bench --no-flush)")
     args = ap.parse_args()
+    names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        ap.error(f"--workloads: unknown {', '.join(unknown)} (known: all, {', '.join(WORKLOADS)})")
+    # Imported here so that --help and argument errors work without PyTorch.
+    global torch, F
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     flush = None if args.no_flush else torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=dev)
-    names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
            "l2_flushed": flush is not None, "results": []}
     g = torch.Generator(device=dev).manual_seed(0)
@@ -71,9 +76,9 @@ def main():
         k = torch.rand(b, kvh, s, d, device=dev, dtype=torch.bfloat16, generator=g) * 2 - 1
         v = torch.rand(b, kvh, s, d, device=dev, dtype=torch.bfloat16, generator=g) * 2 - 1
         row = {"name": name, "per_backend_us": {}}
-        for bname, backend in BACKENDS.items():
+        for bname, member in BACKENDS.items():
             try:
-                with sdpa_kernel([backend]):
+                with sdpa_kernel([getattr(SDPBackend, member)]):
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                     fn()
                     torch.cuda.synchronize()
