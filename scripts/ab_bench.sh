@@ -10,44 +10,69 @@
 #   BASE_SRC=build-base-src ROUNDS=3 WORKLOADS=W1,W2,W3 bash scripts/ab_bench.sh
 #
 # Environment: BASE_SRC (baseline tree, default build-base-src), WORKLOADS (default standard),
-# LAYOUT (default nhd), ROUNDS (default 2), ITERS (default 100), OUT (default ./out), JOBS.
-# Writes $OUT/ab.log (every round) and $OUT/ab.txt (per workload: median us of each round).
+# LAYOUT (default nhd), ROUNDS (default 2), ITERS (default 100), OUT (default ./out), JOBS
+# (parallel jobs of each of the two builds, default half the cores).
+# Writes $OUT/ab.log (every round) and $OUT/ab.txt: per workload the median us of each round
+# and min(new rounds) / min(base rounds). Odd rounds run the baseline first, even rounds the
+# working tree first, so that a drift within the run does not favour one side. Exit status 0
+# only if both builds and every round succeeded.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BASE_SRC="${BASE_SRC:-build-base-src}"
 WORKLOADS="${WORKLOADS:-standard}"
 LAYOUT="${LAYOUT:-nhd}"
 ROUNDS="${ROUNDS:-2}"
 ITERS="${ITERS:-100}"
-JOBS="${JOBS:-16}"
+JOBS="${JOBS:-$(( ($(nproc) + 1) / 2 ))}"
 OUT="${OUT:-./out}"
 mkdir -p "$OUT"
 if [ ! -f "$BASE_SRC/CMakeLists.txt" ]; then
   echo "ab_bench: no baseline tree at $BASE_SRC (see the header of this script)" >&2
   exit 2
 fi
-build() {  # src build-dir
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a > "$2.configure.log" 2>&1 &&
-    cmake --build "$2" -j "$JOBS" --target pagedattn_cli > "$2.build.log" 2>&1
+build() {  # src build-dir: logs in build-dir.{configure,build}.log
+  local src dir
+  src="$(cd "$1" && pwd)" dir="$2"
+  # A build folder configured from another source tree cannot be reused.
+  if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$dir/CMakeCache.txt"; then
+    rm -rf "$dir"
+  fi
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a > "$dir.configure.log" 2>&1 || return 1
+  cmake --build "$dir" -j "$JOBS" --target pagedattn_cli > "$dir.build.log" 2>&1
+}
+failed() {  # name dir
+  echo "ab_bench: build of $1 failed"
+  tail -20 "$2.build.log" 2>/dev/null || tail -20 "$2.configure.log"
 }
 t0=$(date +%s)
 build . build-gpu & p1=$!
 build "$BASE_SRC" build-gpu-base & p2=$!
-wait $p1 || { echo "ab_bench: build of the working tree failed"; tail -20 build-gpu.build.log; exit 1; }
-wait $p2 || { echo "ab_bench: build of the baseline failed"; tail -20 build-gpu-base.build.log; exit 1; }
+ok1=0 ok2=0
+wait $p1 || ok1=1
+wait $p2 || ok2=1
+(( ok1 == 0 )) || failed "the working tree" build-gpu
+(( ok2 == 0 )) || failed "the baseline" build-gpu-base
+(( ok1 == 0 && ok2 == 0 )) || exit 1
 echo "ab_bench: both built in $(( $(date +%s) - t0 )) s"
 : > "$OUT/ab.log"
+rm -f "$OUT"/ab_base_*.json "$OUT"/ab_new_*.json  # no stale rounds in the summary
+rc=0
 for r in $(seq 1 "$ROUNDS"); do
-  for side in base new; do
+  order="base new"
+  (( r % 2 == 0 )) && order="new base"
+  for side in $order; do
     cli=build-gpu/pagedattn
     [ "$side" = base ] && cli=build-gpu-base/pagedattn
     echo "== round $r $side" >> "$OUT/ab.log"
-    "$cli" bench --layout "$LAYOUT" --workloads "$WORKLOADS" --iters "$ITERS" \
-      --json "$OUT/ab_${side}_$r.json" >> "$OUT/ab.log" 2>&1 || echo "ab_bench: $side round $r failed" >&2
+    if ! "$cli" bench --layout "$LAYOUT" --workloads "$WORKLOADS" --iters "$ITERS" \
+      --json "$OUT/ab_${side}_$r.json" >> "$OUT/ab.log" 2>&1; then
+      echo "ab_bench: $side round $r failed (see $OUT/ab.log)" >&2
+      rc=1
+    fi
   done
 done
-python3 - "$OUT" "$ROUNDS" > "$OUT/ab.txt" <<'EOF'
+python3 - "$OUT" "$ROUNDS" > "$OUT/ab.txt" <<'EOF' || rc=1
 import json, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 rows = {}
@@ -68,3 +93,4 @@ for w, d in rows.items():
     print(f"{w:24s} {fmt(b):30s} {fmt(n):30s} {ratio:.3f}")
 EOF
 cat "$OUT/ab.txt"
+exit $rc
