@@ -127,6 +127,36 @@ TEST(DecodeMmaSplits, ForcedSplitsCutTheLongestSequence) {
   EXPECT_EQ(cfg.num_splits, (3000 + 63) / 64);
 }
 
+// Equal sequences whose (sequence, KV head) pairs fit in one wave of CTA slots, whose
+// one-wave splits would be >= 2048 tokens and fill the wave are cut for one wave: never more CTAs than slots (a
+// second wave's ramp and tail), and at least a full wave's worth of splits, or 8 when the
+// splits merge in a cluster instead (decode_mma_chunk prefers a cluster of 8 to 9-16 splits).
+TEST(DecodeMmaSplits, LongBalancedBatchesFillOneWave) {
+  const DeviceInfo info = synthetic_h200();
+  int checked = 0;
+  for (int head : {64, 128})
+    for (int n : {1, 2, 3, 5, 8, 16, 33})
+      for (int len : {16384, 70001, 131072}) {
+        SCOPED_TRACE("head " + std::to_string(head) + ", " + std::to_string(n) + " x " +
+                     std::to_string(len));
+        const ProblemDesc p = decode_problem(std::vector<int>(n, len), 32, 8, head);
+        const std::int64_t slots = decode_mma_slots(head, kH200Units, kH200Smem);
+        const std::int64_t ctas = std::int64_t{n} * 8;
+        const std::int64_t one_wave = slots / ctas;
+        // Only where one wave is long and balanced (its splits fill >= 80% of the slots).
+        if (one_wave < 1 || (len + one_wave - 1) / one_wave < 2048 ||
+            ctas * one_wave * 5 < slots * 4)
+          continue;
+        ++checked;
+        const DecodeMmaConfig cfg = decode_mma_config(p, info, 0);
+        EXPECT_LE(ctas * cfg.num_splits, slots);
+        // The 64-token rounding of the split size may drop the last split.
+        const std::int64_t want = one_wave > 8 && one_wave <= 16 ? 8 : one_wave;
+        EXPECT_GE(cfg.num_splits, std::max<std::int64_t>(1, want - 1));
+      }
+  EXPECT_GE(checked, 20);
+}
+
 TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
   std::mt19937 rng(20261129);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
