@@ -138,6 +138,8 @@ Json json_report(const serving::ReplayReport& r) {
                 {"output_tokens", r.trace_output_tokens},
                 {"prompts_clipped", r.prompts_clipped},
                 {"outputs_clipped", r.outputs_clipped},
+                {"prompts_raised", r.prompts_raised},
+                {"outputs_raised", r.outputs_raised},
                 {"max_prompt", r.max_prompt},
                 {"max_output", r.max_output}};
   j["model"] = {{"preset", r.model.name},
@@ -234,11 +236,16 @@ void print_report(const serving::ReplayReport& r) {
       "  scheduler     token budget {}/step, at most {} running; decodes first, then chunked "
       "prefill; admission in arrival order while the request's blocks fit\n",
       r.token_budget, r.max_seqs);
+  auto raised = [](std::int64_t n) {
+    return n > 0 ? fmt::format(", {} of length 0 raised to 1", n) : std::string();
+  };
   s += fmt::format(
-      "  clipping      {} of {} prompts clipped to --max-prompt {} ({} of {} prompt tokens "
-      "kept); {} of {} outputs clipped to --max-output {} ({} of {} kept)\n",
-      r.prompts_clipped, r.requests, r.max_prompt, r.prefill_tokens, r.trace_prompt_tokens,
-      r.outputs_clipped, r.requests, r.max_output, r.generated_tokens, r.trace_output_tokens);
+      "  clipping      {} of {} prompts clipped to --max-prompt {}{} ({} prompt tokens replayed, "
+      "{} in the trace); {} of {} outputs clipped to --max-output {}{} ({} generated, {} in "
+      "the trace)\n",
+      r.prompts_clipped, r.requests, r.max_prompt, raised(r.prompts_raised), r.prefill_tokens,
+      r.trace_prompt_tokens, r.outputs_clipped, r.requests, r.max_output,
+      raised(r.outputs_raised), r.generated_tokens, r.trace_output_tokens);
   s += fmt::format("  kernel        {} ({} cache access, tile {} tokens, {} split{}): {}\n",
                    r.kernel, r.cache_access, r.tile_tokens, r.num_splits,
                    r.num_splits == 1 ? "" : "s", r.kernel_reason);

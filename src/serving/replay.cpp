@@ -610,11 +610,13 @@ Status Replay::setup() {
     const TraceRecord& rec = records[i];
     RequestSpec spec;
     // A length of 0 (absent from the shipped traces) is raised to 1: every request needs a
-    // prompt token to prefill and produces at least one token. Counted as clipped.
+    // prompt token to prefill and produces at least one token. Counted apart from the clipped.
     spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
     spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
-    report_.prompts_clipped += spec.prompt_tokens != rec.prompt_tokens;
-    report_.outputs_clipped += spec.output_tokens != rec.output_tokens;
+    report_.prompts_clipped += spec.prompt_tokens < rec.prompt_tokens;
+    report_.outputs_clipped += spec.output_tokens < rec.output_tokens;
+    report_.prompts_raised += spec.prompt_tokens > rec.prompt_tokens;
+    report_.outputs_raised += spec.output_tokens > rec.output_tokens;
     report_.trace_prompt_tokens += rec.prompt_tokens;
     report_.trace_output_tokens += rec.output_tokens;
     if (spec.prompt_tokens + spec.output_tokens > max_model_len) {

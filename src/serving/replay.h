@@ -355,8 +355,10 @@ struct ReplayReport {
   std::uint64_t seed = 0;
   int threads = 0;                  // CPU threads the backend uses (--threads 0 resolved)
   // ---- clipping of the trace's lengths
-  std::int64_t prompts_clipped = 0;
-  std::int64_t outputs_clipped = 0;
+  std::int64_t prompts_clipped = 0;  // longer than max_prompt, cut to it
+  std::int64_t outputs_clipped = 0;  // longer than max_output, cut to it
+  std::int64_t prompts_raised = 0;   // of length 0 in the trace, raised to 1
+  std::int64_t outputs_raised = 0;   // of length 0 in the trace, raised to 1
   std::int64_t trace_prompt_tokens = 0;   // sum over replayed requests, as in the trace
   std::int64_t trace_output_tokens = 0;
   // ---- the serving run

@@ -38,6 +38,19 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// File content quoted in an error message: at most 80 bytes, bytes outside printable ASCII
+/// as \xNN, so that a binary or mis-encoded file cannot put control characters on a terminal.
+std::string quoted(std::string_view s) {
+  std::string out;
+  for (char ch : s.substr(0, 80)) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u >= 0x20 && u < 0x7f) out += ch;
+    else out += fmt::format("\\x{:02x}", u);
+  }
+  if (s.size() > 80) out += "...";
+  return out;
+}
+
 // Strict decimal integer: optional sign, digits, nothing else.
 bool parse_int(std::string_view s, std::int64_t* out) {
   s = trim(s);
@@ -206,7 +219,7 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
         return line_error(source, line_no,
                           fmt::format("expected the header 'TIMESTAMP,ContextTokens,"
                                       "GeneratedTokens', found '{}'",
-                                      line.substr(0, 80)));
+                                      quoted(line)));
       }
       have_header = true;
       continue;
@@ -231,16 +244,16 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
     if (!parse_timestamp(fields[0], &ns)) {
       return line_error(source, line_no,
                         fmt::format("TIMESTAMP '{}': expected 'YYYY-MM-DD HH:MM:SS[.fraction]'",
-                                    trim(fields[0])));
+                                    quoted(trim(fields[0]))));
     }
     TraceRecord rec;
     if (!parse_int(fields[1], &rec.prompt_tokens)) {
       return line_error(source, line_no,
-                        fmt::format("ContextTokens '{}': expected an integer", trim(fields[1])));
+                        fmt::format("ContextTokens '{}': expected an integer", quoted(trim(fields[1]))));
     }
     if (!parse_int(fields[2], &rec.output_tokens)) {
       return line_error(source, line_no,
-                        fmt::format("GeneratedTokens '{}': expected an integer", trim(fields[2])));
+                        fmt::format("GeneratedTokens '{}': expected an integer", quoted(trim(fields[2]))));
     }
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "ContextTokens", rec.prompt_tokens));
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "GeneratedTokens", rec.output_tokens));
@@ -271,7 +284,7 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
     const nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (obj.is_discarded()) {
       return line_error(source, line_no,
-                        fmt::format("invalid JSON: '{}'", line.substr(0, 80)));
+                        fmt::format("invalid JSON: '{}'", quoted(line)));
     }
     if (!obj.is_object()) return line_error(source, line_no, "expected a JSON object");
     std::int64_t values[3] = {};

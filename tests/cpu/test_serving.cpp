@@ -133,6 +133,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadTrace{"empty", "empty.csv", "", "empty.csv:0: empty file"},
         BadTrace{"header", "hdr.csv", "time,a,b\n1,2,3\n", "hdr.csv:1: expected the header"},
+        // Bytes outside printable ASCII are quoted as \xNN (a binary file's first line).
+        BadTrace{"binary", "bin.csv", "\x01\x1b[2Jab\xff\n",
+                 "found '\\x01\\x1b[2Jab\\xff'"},
         BadTrace{"no_records", "norec.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n",
                  "no records"},
         BadTrace{"fields", "fields.csv",
@@ -581,6 +584,26 @@ TEST(Replay, MooncakeAndBlockReuse) {
   EXPECT_GT(r->memory_wait_steps, 0);
   EXPECT_EQ(r->prompts_clipped, 8);
   EXPECT_EQ(r->contiguous_blocks_per_request, (100 + 3 + 15) / 16);
+}
+
+// Lengths of 0 in a trace are raised to 1 and reported apart from the lengths cut to the
+// limits (a raised prompt is not "clipped to --max-prompt").
+TEST(Replay, ZeroLengthsAreRaisedNotClipped) {
+  ReplayConfig c = small_config();
+  c.trace = write_temp("zero.csv",
+                       "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                       "2024-01-01 00:00:00,0,0\n"
+                       "2024-01-01 00:00:01,200,2\n"
+                       "2024-01-01 00:00:02,30,9\n");
+  c.requests = 3;
+  Result<ReplayReport> r = run_replay(c);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  expect_verified_pass(*r);
+  EXPECT_EQ(r->prompts_raised, 1);
+  EXPECT_EQ(r->outputs_raised, 1);
+  EXPECT_EQ(r->prompts_clipped, 1);  // 200 > 70
+  EXPECT_EQ(r->outputs_clipped, 1);  // 9 > 5
+  EXPECT_EQ(r->prefill_tokens, 1 + 70 + 30);
 }
 
 TEST(Replay, InjectedFaultsAreCaught) {
