@@ -34,9 +34,11 @@ build() {  # src build-dir: logs in build-dir.{configure,build}.log
   local src dir
   src="$(cd "$1" && pwd)" dir="$2"
   # A build folder configured from another source tree cannot be reused.
-  if [ -f "$dir/CMakeCache.txt" ] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$dir/CMakeCache.txt"; then
+  if [ -f "$dir/CMakeCache.txt" ] &&
+    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$src" "$dir/CMakeCache.txt"; then
     rm -rf "$dir"
   fi
+  rm -f "$dir.build.log"  # failed() shows the configure log when there is no build log
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a > "$dir.configure.log" 2>&1 || return 1
   cmake --build "$dir" -j "$JOBS" --target pagedattn_cli > "$dir.build.log" 2>&1

@@ -132,9 +132,9 @@ int run_bench(const BenchFlags& f) {
   std::vector<bench::BenchResult> results;
   int failures = 0;
   Status first_failure = Status::Ok();
+  PlanOptions plan_options;
+  plan_options.num_splits = f.splits;
   for (const auto& w : all) {
-    PlanOptions plan_options;
-    plan_options.num_splits = f.splits;
     auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
     if (!r.ok()) {
       fmt::print("{:<18} FAILED: {}\n", w.name, r.status().to_string());

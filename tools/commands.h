@@ -75,7 +75,9 @@ inline const CLI::Validator kNonNegativeInteger(
 
 /// Rejects an empty value (an option given as '' would otherwise mean "not given").
 inline const CLI::Validator kNonEmpty(
-    [](std::string& s) { return s.empty() ? std::string("expected a non-empty value") : std::string(); },
+    [](std::string& s) {
+      return s.empty() ? std::string("expected a non-empty value") : std::string();
+    },
     "");
 
 Action register_run(CLI::App& app);

@@ -249,11 +249,13 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
     TraceRecord rec;
     if (!parse_int(fields[1], &rec.prompt_tokens)) {
       return line_error(source, line_no,
-                        fmt::format("ContextTokens '{}': expected an integer", quoted(trim(fields[1]))));
+                        fmt::format("ContextTokens '{}': expected an integer",
+                                    quoted(trim(fields[1]))));
     }
     if (!parse_int(fields[2], &rec.output_tokens)) {
       return line_error(source, line_no,
-                        fmt::format("GeneratedTokens '{}': expected an integer", quoted(trim(fields[2]))));
+                        fmt::format("GeneratedTokens '{}': expected an integer",
+                                    quoted(trim(fields[2]))));
     }
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "ContextTokens", rec.prompt_tokens));
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "GeneratedTokens", rec.output_tokens));

@@ -74,7 +74,7 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
   const Case cases[] = {
       {"W1", uniform(64, 4096), 128, 1, false},
       {"W2", uniform(128, 2048), 64, 1, false},
-      // One wave (balanced long splits): 32 of 4032 tokens and one of 1024.
+      // One wave (balanced long splits): 32 of 4032 tokens and one of 2048.
       {"W3", uniform(1, 131072), 128, 33, false},
       {"W6", w6, 128, 32, false},
       // Latency-bound: one wave, so the splits merge inside a cluster.
@@ -127,10 +127,11 @@ TEST(DecodeMmaSplits, ForcedSplitsCutTheLongestSequence) {
   EXPECT_EQ(cfg.num_splits, (3000 + 63) / 64);
 }
 
-// Equal sequences whose (sequence, KV head) pairs fit in one wave of CTA slots, whose
-// one-wave splits would be >= 2048 tokens and fill the wave are cut for one wave: never more CTAs than slots (a
-// second wave's ramp and tail), and at least a full wave's worth of splits, or 8 when the
-// splits merge in a cluster instead (decode_mma_chunk prefers a cluster of 8 to 9-16 splits).
+// Equal sequences whose (sequence, KV head) pairs fit in one wave of CTA slots, whose one-wave
+// splits would be >= 2048 tokens and fill the wave, are cut for one wave: never more CTAs than
+// slots (a second wave's ramp and tail), and at least a full wave's worth of splits, or 8 when
+// the splits merge in a cluster instead (decode_mma_chunk prefers a cluster of 8 to 9-16
+// splits).
 TEST(DecodeMmaSplits, LongBalancedBatchesFillOneWave) {
   const DeviceInfo info = synthetic_h200();
   int checked = 0;
