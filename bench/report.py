@@ -18,13 +18,22 @@ def main():
         bench["read_ceiling_gbps"], bench["results"], bench["device"], bench["layout"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"report.py: {args.bench_json}: not the JSON of `pagedattn bench --json` ({e!r})")
+    # JSON written before --flush existed records only l2_flushed (the write-only flush).
+    def flush_of(doc):
+        return doc.get("l2_flush", "dirty" if doc.get("l2_flushed", True) else "none")
     sdpa = {}
     if args.sdpa:
-        for r in json.load(open(args.sdpa))["results"]:
+        sdoc = json.load(open(args.sdpa))
+        if flush_of(sdoc) != flush_of(bench):
+            raise SystemExit(f"report.py: {args.bench_json} was timed with flush "
+                             f"'{flush_of(bench)}', {args.sdpa} with '{flush_of(sdoc)}': "
+                             "the ratios would compare different methods")
+        for r in sdoc["results"]:
             if "median_us" in r:
                 sdpa[r["name"]] = r
     ceiling = bench["read_ceiling_gbps"]
-    lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; layout {bench['layout']}",
+    lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; layout {bench['layout']}; "
+             f"L2 flush {flush_of(bench)}",
              "",
              "| workload | pagedattn us | graph us | GB/s | % ceiling | splits | kernel | SDPA us (backend) | pagedattn/SDPA |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|"]

@@ -3,7 +3,8 @@
 that have a dense equivalent (equal lengths): W1, W2, W3, W7, and the context/batch sweeps.
 
 Same shapes, dtype (bf16) and timing rule as `pagedattn bench`: CUDA events around each call,
-L2 flushed before each call, median of --iters calls after warm-up. Every SDPA backend that
+L2 flushed before each call the same way (--flush clean|dirty|none, as `pagedattn bench
+--flush`), median of --iters calls after warm-up. Every SDPA backend that
 accepts the shape is timed and the fastest is reported (so the comparison is against the best
 dense kernel PyTorch has on this GPU). Writes JSON.
 """
@@ -31,7 +32,7 @@ BACKENDS = {
 }
 
 
-def time_us(fn, iters, warmup, flush):
+def time_us(fn, iters, warmup, flush, clean):
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -39,6 +40,8 @@ def time_us(fn, iters, warmup, flush):
     for i in range(iters):
         if flush is not None:
             flush.fill_(i & 0xFF)
+            if clean:  # read it back: its dirty lines are written back before the call
+                flush.view(torch.int32).sum()
         starts[i].record()
         fn()
         ends[i].record()
@@ -52,9 +55,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--workloads", default="W1,W2,W3,W7")
     ap.add_argument("--json", default="sdpa.json")
-    ap.add_argument("--no-flush", action="store_true",
-                    help="do not flush L2 before each call (as pagedattn bench --no-flush)")
+    ap.add_argument("--flush", choices=["clean", "dirty", "none"], default=None,
+                    help="how L2 is flushed before each call, as pagedattn bench --flush: clean "
+                         "(default: a write then a read of 2 x L2), dirty (the write only), none")
+    ap.add_argument("--no-flush", action="store_true", help="same as --flush none")
     args = ap.parse_args()
+    if args.no_flush and args.flush not in (None, "none"):
+        ap.error("--no-flush excludes --flush " + args.flush)
+    mode = "none" if args.no_flush else (args.flush or "clean")
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
@@ -66,9 +74,10 @@ def main():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
-    flush = None if args.no_flush else torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=dev)
+    flush = None if mode == "none" else torch.empty(max(2 * l2, 64 << 20) // 16 * 16,
+                                                     dtype=torch.uint8, device=dev)
     out = {"device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-           "l2_flushed": flush is not None, "results": []}
+           "l2_flushed": flush is not None, "l2_flush": mode, "results": []}
     g = torch.Generator(device=dev).manual_seed(0)
     for name in names:
         b, s, h, kvh, d = WORKLOADS[name]
@@ -82,7 +91,8 @@ def main():
                     fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
                     fn()
                     torch.cuda.synchronize()
-                    row["per_backend_us"][bname] = time_us(fn, args.iters, args.warmup, flush)
+                    row["per_backend_us"][bname] = time_us(
+                        fn, args.iters, args.warmup, flush, mode == "clean")
             except Exception as e:  # a backend that rejects the shape is skipped
                 row["per_backend_us"][bname] = None
                 row.setdefault("errors", {})[bname] = str(e).splitlines()[0][:160]

@@ -5,8 +5,9 @@
 #     under compute-sanitizer (memcheck; a smaller slice under racecheck and synccheck),
 #     `pagedattn verify --device cuda --cases all` and `pagedattn run --device cuda`;
 #   MODE=bench: build the program, run `pagedattn bench` (standard + trace workloads and the
-#     sweeps, nhd; W1/W2/W5 also in the split layout), dense PyTorch SDPA on the same shapes
-#     (bench/sdpa_compare.py) and the joined table + bandwidth plot (bench/report.py);
+#     sweeps, nhd; W1/W2/W5 also in the split layout; the standard ones also under the dirty
+#     flush), dense PyTorch SDPA on the same shapes (bench/sdpa_compare.py, both flushes) and
+#     the joined table + bandwidth plot (bench/report.py);
 #   MODE=all: both (needs a warm build to fit in 10 minutes);
 #   GPU_SUITE_FILTER (check/all): gtest filter of the GPU-suite step (default: everything but
 #     the Sanitize* cases, which run under the sanitizers);
@@ -17,8 +18,8 @@
 #   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
 #
 # $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, bench.json,
-# bench.csv, bench_split.json, sdpa.json, report.md and bench.png. Exit status 0 iff every step
-# passed.
+# bench.csv, bench_split.json, bench_dirty.json, sdpa.json, sdpa_dirty.json, report.md,
+# report_dirty.md and bench.png. Exit status 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -173,18 +174,27 @@ if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ]; then
   brc=$?
   run_limited 60 80 "$CLI" bench --layout split --workloads W1,W2,W5 --json "$OUT/bench_split.json" \
     >> "$LOG/bench.log" 2>&1 || brc=$?
+  # The same workloads under the dirty flush (the method of issue 4's reference numbers).
+  run_limited 60 70 "$CLI" bench --flush dirty --workloads standard --json "$OUT/bench_dirty.json" \
+    >> "$LOG/bench.log" 2>&1 || brc=$?
   t1=$(date +%s)
   record bench "$([ $brc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $brc"
   t0=$(date +%s)
-  PYTHONUNBUFFERED=1 run_limited 120 15 python3 bench/sdpa_compare.py --workloads all \
+  PYTHONUNBUFFERED=1 run_limited 120 25 python3 bench/sdpa_compare.py --workloads all \
     --json "$OUT/sdpa.json" > "$LOG/sdpa.log" 2>&1
-  src=$?; t1=$(date +%s)
+  src=$?
+  PYTHONUNBUFFERED=1 run_limited 40 15 python3 bench/sdpa_compare.py --flush dirty \
+    --workloads W1,W2,W3,W7 --json "$OUT/sdpa_dirty.json" >> "$LOG/sdpa.log" 2>&1 || src=$?
+  t1=$(date +%s)
   record sdpa "$([ $src -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $src"
   python3 bench/report.py "$OUT/bench.json" --sdpa "$OUT/sdpa.json" --png "$OUT/bench.png" \
     --markdown "$OUT/report.md" > "$LOG/report.log" 2>&1
-  record report "$([ $? -eq 0 ] && echo ok || echo FAIL)" 0 "report.md, bench.png"
+  rrc=$?
+  python3 bench/report.py "$OUT/bench_dirty.json" --sdpa "$OUT/sdpa_dirty.json" \
+    --markdown "$OUT/report_dirty.md" >> "$LOG/report.log" 2>&1 || rrc=$?
+  record report "$([ $rrc -eq 0 ] && echo ok || echo FAIL)" 0 "report.md, report_dirty.md, bench.png"
   cat "$LOG/bench.log"
-  cat "$OUT/report.md" 2>/dev/null
+  cat "$OUT/report.md" "$OUT/report_dirty.md" 2>/dev/null
 fi
 
 # ---------------------------------------------------------------- summary

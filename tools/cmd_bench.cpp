@@ -33,7 +33,8 @@ struct BenchFlags {
   bool sweep = false;
   int iters = 100;
   int warmup = 10;
-  bool no_flush = false;
+  std::string flush = "clean";
+  bool no_flush = false;  // --flush none
   double ceiling_gb = 4.0;
   std::string csv;
   std::string json;
@@ -71,6 +72,14 @@ int run_bench(const BenchFlags& f) {
     return usage("--ceiling-gb " + std::to_string(f.ceiling_gb) + ": expected a value in (0, 64]");
   auto layout = parse_layout(f.layout);
   if (!layout.ok()) return usage("--layout: " + layout.status().message());
+  cuda::bench::L2Flush flush = cuda::bench::L2Flush::kClean;
+  if (f.no_flush || f.flush == "none") {
+    flush = cuda::bench::L2Flush::kNone;
+  } else if (f.flush == "dirty") {
+    flush = cuda::bench::L2Flush::kDirty;
+  } else if (f.flush != "clean") {
+    return usage("--flush '" + f.flush + "': expected clean, dirty or none");
+  }
 
   std::vector<bench::Workload> all;
   const std::set<std::string> wanted_list = [&] {
@@ -121,14 +130,33 @@ int run_bench(const BenchFlags& f) {
   }
   fmt::print("device: {} ({} SMs, L2 {} MB)\n", dev.ok() ? dev->name : "?", dev.ok() ? dev->sms : 0,
              dev.ok() ? dev->l2_bytes >> 20 : 0);
-  fmt::print("read ceiling: {:.0f} GB/s ({:.1f} GB read with 16-byte loads, median of 20)\n",
+  fmt::print("read ceiling: {:.0f} GB/s ({:.1f} GB read with 16-byte loads, the faster of "
+             "evict-first and normal loads, median of 20)\n",
              *ceiling, f.ceiling_gb);
+  // What the flush costs a pure read of about a workload's size (W1 reads 1.07 GB): the
+  // ceiling kernel on 1 GiB, timed as the workloads are.
+  double flushed_read = 0;
+  if (flush != cuda::bench::L2Flush::kNone) {
+    auto r = cuda::bench::read_ceiling_gbps(0, std::size_t{1} << 30, 20, flush);
+    if (!r.ok()) {
+      std::fprintf(stderr, "pagedattn bench: flushed read: %s\n", r.status().to_string().c_str());
+      return exit_code_for(r.status());
+    }
+    flushed_read = *r;
+    fmt::print("read kernel on 1 GiB under the flush: {:.0f} GB/s ({:.1f}% of the ceiling)\n",
+               flushed_read, 100.0 * flushed_read / *ceiling);
+  }
+  const char* flush_text =
+      flush == cuda::bench::L2Flush::kNone ? "not flushed"
+      : flush == cuda::bench::L2Flush::kDirty
+          ? "flushed before each call by a write of 2 x L2 (left dirty)"
+          : "flushed before each call by a write and a read of 2 x L2 (left clean)";
   fmt::print("timing: CUDA events, median of {} calls after {} warm-up, L2 {}\n\n", f.iters,
-             f.warmup, f.no_flush ? "not flushed" : "flushed before each call");
+             f.warmup, flush_text);
   fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {}\n", "workload", "description",
              "us", "graph us", "GB/s", "%ceil", "splits", "kernel");
 
-  cuda::bench::TimingOptions timing{f.warmup, f.iters, !f.no_flush};
+  cuda::bench::TimingOptions timing{f.warmup, f.iters, flush};
   std::vector<bench::BenchResult> results;
   int failures = 0;
   Status first_failure = Status::Ok();
@@ -154,7 +182,9 @@ int run_bench(const BenchFlags& f) {
   j["read_ceiling_gbps"] = *ceiling;
   j["layout"] = f.layout;
   j["iters"] = f.iters;
-  j["l2_flushed"] = !f.no_flush;
+  j["l2_flushed"] = flush != cuda::bench::L2Flush::kNone;
+  j["l2_flush"] = cuda::bench::to_string(flush);
+  if (flushed_read > 0) j["flushed_read_gbps"] = flushed_read;
   j["forced_splits"] = f.splits;
   for (const auto& r : results) {
     nlohmann::json row;
@@ -229,7 +259,11 @@ Action register_bench(CLI::App& app) {
   cmd->add_flag("--sweep", flags->sweep, "also run the context-length and batch-size sweeps");
   cmd->add_option("--iters", flags->iters, "timed calls per workload (median reported)");
   cmd->add_option("--warmup", flags->warmup, "untimed calls first");
-  cmd->add_flag("--no-flush", flags->no_flush, "do not flush L2 before each call");
+  auto* flush = cmd->add_option(
+      "--flush", flags->flush,
+      "how the L2 is flushed before each call: clean (a write then a read of 2 x L2: no dirty "
+      "lines left), dirty (the write only: the call pays the write-back), none");
+  cmd->add_flag("--no-flush", flags->no_flush, "same as --flush none")->excludes(flush);
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV")->check(kNonEmpty);
   cmd->add_option("--json", flags->json, "write results as JSON")->check(kNonEmpty);

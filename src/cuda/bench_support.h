@@ -17,12 +17,30 @@ namespace pagedattn::cuda::bench {
 /// A call to time; it enqueues its work on `stream` and returns its status.
 using Call = std::function<Status(void* stream)>;
 
+/// How the L2 is emptied of a call's inputs before each timed call, so that the call reads
+/// them from HBM as a serving step does (different layers' caches never share the L2). Both
+/// flushing modes write a buffer of twice the L2 size (at least 64 MB).
+enum class L2Flush {
+  /// Not flushed: inputs smaller than the L2 stay resident from call to call.
+  kNone,
+  /// The write only (Triton's do_bench method, and the method of the reference numbers of
+  /// issue 4). It leaves the L2 full of dirty lines, and the timed call pays their write-back
+  /// as it evicts them: 8-9 us for a call of ~1 GB on an H200, 20 us for the read-ceiling
+  /// kernel itself on 1 GiB (docs/performance.md).
+  kDirty,
+  /// The write, then a read of the same buffer that evicts the dirty lines, so that their
+  /// write-back happens before the timed call: the call starts from an L2 that holds none of
+  /// its inputs and nothing to write back, as the read-ceiling kernel it is compared with.
+  kClean,
+};
+
+/// "none", "dirty" or "clean".
+const char* to_string(L2Flush flush);
+
 struct TimingOptions {
   int warmup = 10;
   int iters = 100;
-  /// Overwrite a buffer of twice the L2 size before each timed call, so every call reads its
-  /// inputs from HBM as a serving step does (different layers' caches never share L2).
-  bool flush_l2 = true;
+  L2Flush flush = L2Flush::kClean;
 };
 
 /// Per-call device times in microseconds (CUDA events around each call, on one stream).
@@ -33,8 +51,13 @@ Result<std::vector<double>> time_call(int device, const Call& call, const Timing
 
 /// Measured read ceiling in GB/s: median over `iters` runs of a kernel that reads `bytes`
 /// (>= 4 GB recommended) of random data with 16-byte loads, 4 independent loads in flight per
-/// thread, a few CTAs per SM, and one small write per CTA.
-Result<double> read_ceiling_gbps(int device, std::size_t bytes, int iters);
+/// thread, a few CTAs per SM, and one small write per CTA (DESIGN.md §6); the faster of
+/// evict-first and normal-priority loads. With `flush` other
+/// than kNone each run is timed as the workloads are (the L2 flushed before it): on a read
+/// of the size of a workload this shows what the flush itself costs a pure read.
+/// Errors: kDeviceUnavailable without CUDA; CUDA allocation or launch failures.
+Result<double> read_ceiling_gbps(int device, std::size_t bytes, int iters,
+                                 L2Flush flush = L2Flush::kNone);
 
 /// Fill `count` elements of device memory of `dtype` with uniform values in [lo, hi), from a
 /// counter-based hash of (seed, index) (no zeros: timings on zeros flatter kernels).
