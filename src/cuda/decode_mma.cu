@@ -147,11 +147,12 @@ __device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
 // 2 for up to 16). Against "heads in the 16 rows" this halves the MMAs, exponentials and
 // accumulator registers of a typical group of 4-8 heads. P^T reaches the second MMA through
 // movmatrix (an 8x8 transpose in registers) instead of shared memory.
-// Two CTAs per SM (head 128) / three (head 64): shared memory allows no more, so the register
-// budget may grow to 255 / 170 per thread; addresses are then kept in registers instead of
-// being recomputed per tile.
+// Two CTAs per SM (head 128) / four (head 64; three for 16 query columns): shared memory
+// allows no more, so the register budget may grow to 255 / 128 (170) per thread (see
+// decode_mma_reg_ctas); addresses are then kept in registers instead of being recomputed per
+// tile.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES>
-__global__ void __launch_bounds__(kDecodeThreads, HEAD <= 64 ? 3 : 2)
+__global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
     decode_mma_kernel(const DecodeParams p) {
   constexpr int TOK = kDecodeTileTokens;
   constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
@@ -785,8 +786,7 @@ struct DecodeGrid {
 
 template <class T, int HEAD, bool SPLIT, int NT>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int STAGES = HEAD <= 64 ? 4 : 3;
-  static_assert(STAGES == (HEAD <= 64 ? 4 : 3), "keep in sync with decode_mma_stages");
+  constexpr int STAGES = decode_mma_stages(HEAD);
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES>;
   const int smem = static_cast<int>(decode_mma_smem_bytes(HEAD));
   // The attribute is per function and per device; setting it is not a stream operation, so

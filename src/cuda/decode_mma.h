@@ -42,9 +42,19 @@ inline constexpr int kMaxDecodeSplits = 512;
 /// Largest thread-block cluster the merge-in-cluster mode uses (the portable cluster size).
 inline constexpr int kMaxClusterSplits = 8;
 
-/// Stages of the cp.async pipeline for a head size (more stages for smaller tiles, so that
-/// each CTA keeps tens of KB in flight).
-inline int decode_mma_stages(int head_size) { return head_size <= 64 ? 4 : 3; }
+/// Stages of the cp.async pipeline (the same for every head size: head 64 keeps as many bytes
+/// in flight per SM through more CTAs, see decode_mma_reg_ctas).
+constexpr int decode_mma_stages(int /*head_size*/) { return 3; }
+
+/// CTAs per SM that the decode kernel's registers allow, its __launch_bounds__ minimum:
+/// 65536 registers over 128 threads give 128 registers per thread for 4 CTAs, 170 for 3 and
+/// 255 for 2. Head 64 with a GQA group of up to 8 (8 MMA columns) fits 128 registers without
+/// spills; with 16 columns it needs 3 CTAs' budget, and head 128 2 CTAs'. On an H200, head 64
+/// at 4 CTAs per SM took W2 from 136.7 to 133.1 us against 3 CTAs with a 4-stage pipeline
+/// (docs/performance.md).
+constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
+  return head_size <= 64 ? (gqa <= 8 ? 4 : 3) : 2;
+}
 
 /// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
 /// swizzled token rows) plus 16 query rows and 256 bytes to align the tiles.
@@ -83,8 +93,10 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 
 /// CTA slots of the decode kernel on a device: `num_units` SMs times the CTAs of head size
 /// `head_size` that `max_smem_per_block` bytes of shared memory per SM hold (1 KB reserved
-/// per CTA by the hardware; at least 1, at most 4). An H200 holds 2 (head 128) or 3 (head 64).
-std::int64_t decode_mma_slots(int head_size, int num_units, std::int64_t max_smem_per_block);
+/// per CTA by the hardware; at least 1), at most decode_mma_reg_ctas(head_size, gqa). An H200
+/// holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16).
+std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
+                              std::int64_t max_smem_per_block);
 
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {

@@ -69,16 +69,18 @@ bool decode_mma_aligned(const AttentionArgs& args) {
   return mma_copy_aligned_pointers(args) && decode_mma_aligned_strides(args);
 }
 
-std::int64_t decode_mma_slots(int head_size, int num_units, std::int64_t max_smem_per_block) {
+std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
+                              std::int64_t max_smem_per_block) {
   const std::int64_t smem = decode_mma_smem_bytes(head_size);
-  const std::int64_t per_sm =
-      std::clamp<std::int64_t>((max_smem_per_block + 1024) / (smem + 1024), 1, 4);
+  const std::int64_t per_sm = std::clamp<std::int64_t>(
+      (max_smem_per_block + 1024) / (smem + 1024), 1, decode_mma_reg_ctas(head_size, gqa));
   return std::max<std::int64_t>(1, num_units) * per_sm;
 }
 
 int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits) {
-  const std::int64_t slots = decode_mma_slots(pr.head_size, num_units, max_smem_per_block);
+  const std::int64_t slots =
+      decode_mma_slots(pr.head_size, pr.gqa_ratio(), num_units, max_smem_per_block);
   // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
   std::int64_t longest = std::max(1, pr.batch.max_seq_len);
   std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
@@ -147,7 +149,7 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
   c.cluster_merge = device.cc_major >= 9 && c.num_splits >= 2 &&
                     c.num_splits <= kMaxClusterSplits &&
-                    ctas <= decode_mma_slots(pr.head_size, device.num_units,
+                    ctas <= decode_mma_slots(pr.head_size, pr.gqa_ratio(), device.num_units,
                                              device.max_shared_memory_per_block);
   return c;
 }

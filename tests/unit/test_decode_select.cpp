@@ -141,7 +141,7 @@ TEST(DecodeMmaSplits, LongBalancedBatchesFillOneWave) {
         SCOPED_TRACE("head " + std::to_string(head) + ", " + std::to_string(n) + " x " +
                      std::to_string(len));
         const ProblemDesc p = decode_problem(std::vector<int>(n, len), 32, 8, head);
-        const std::int64_t slots = decode_mma_slots(head, kH200Units, kH200Smem);
+        const std::int64_t slots = decode_mma_slots(head, 4, kH200Units, kH200Smem);
         const std::int64_t ctas = std::int64_t{n} * 8;
         const std::int64_t one_wave = slots / ctas;
         // Only where one wave is long and balanced (its splits fill >= 80% of the slots).
@@ -196,20 +196,31 @@ TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
     if (cfg.cluster_merge) {
       EXPECT_GE(cfg.num_splits, 2);
       EXPECT_LE(cfg.num_splits, kMaxClusterSplits);
-      EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits, decode_mma_slots(head, units, kH200Smem));
+      EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits,
+                decode_mma_slots(head, hk[0] / hk[1], units, kH200Smem));
     }
     EXPECT_EQ(decode_mma_workspace(n, cfg.num_splits, hk[0], head) > 0, cfg.num_splits > 1);
   }
 }
 
-TEST(DecodeMmaSplits, SharedMemoryFitsTwoOrThreeCtasPerSm) {
-  // The occupancy the kernels' launch bounds assume: 2 CTAs of head 128, 3 of head 64.
-  EXPECT_EQ(decode_mma_slots(128, kH200Units, kH200Smem), 2 * kH200Units);
-  EXPECT_EQ(decode_mma_slots(64, kH200Units, kH200Smem), 3 * kH200Units);
-  // A device whose shared memory holds less than one CTA still counts one per SM; at most 4.
-  EXPECT_EQ(decode_mma_slots(128, 10, 1024), 10);
-  EXPECT_EQ(decode_mma_slots(64, 10, std::int64_t{1} << 30), 40);
-  EXPECT_LE(decode_mma_smem_bytes(128), kH200Smem);
+TEST(DecodeMmaSplits, SlotsFollowSharedMemoryAndLaunchBounds) {
+  // The occupancy the kernels' launch bounds assume: 2 CTAs of head 128, 4 of head 64 (3 with
+  // a GQA group above 8), and the H200's shared memory holds that many.
+  EXPECT_EQ(decode_mma_slots(128, 4, kH200Units, kH200Smem), 2 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(128, 16, kH200Units, kH200Smem), 2 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(64, 4, kH200Units, kH200Smem), 4 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(64, 8, kH200Units, kH200Smem), 4 * kH200Units);
+  EXPECT_EQ(decode_mma_slots(64, 9, kH200Units, kH200Smem), 3 * kH200Units);
+  for (int head : {64, 128})
+    for (int gqa : {1, 8, 16})
+      EXPECT_LE((decode_mma_smem_bytes(head) + 1024) * decode_mma_reg_ctas(head, gqa),
+                kH200Smem + 1024)
+          << "head " << head << ", GQA " << gqa;
+  // A device whose shared memory holds less than one CTA still counts one per SM; never more
+  // than the launch bounds.
+  EXPECT_EQ(decode_mma_slots(128, 4, 10, 1024), 10);
+  EXPECT_EQ(decode_mma_slots(64, 4, 10, std::int64_t{1} << 30), 40);
+  EXPECT_EQ(decode_mma_slots(128, 4, 10, std::int64_t{1} << 30), 20);
 }
 
 TEST(DecodeSplitRange, SplitsCoverTheWindowOnceAndStayWithinTheWorkspace) {
