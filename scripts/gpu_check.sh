@@ -126,7 +126,7 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
 
   # ---------------------------------------------------------------- GPU test suite
   t0=$(date +%s)
-  run_limited 240 150 "$TESTS" --gtest_filter="${GPU_SUITE_FILTER:--Sanitize*}" > "$LOG/tests.log" 2>&1
+  run_limited 330 150 "$TESTS" --gtest_filter="${GPU_SUITE_FILTER:--Sanitize*}" > "$LOG/tests.log" 2>&1
   rc=$?; t1=$(date +%s)
   record cuda_tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/tests.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
 
