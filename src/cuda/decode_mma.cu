@@ -715,8 +715,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int q1 = p.qsl[(s + 1) * p.qsl_stride];
   const int len = p.seq_lens[s * p.sl_stride];
   if (q1 - q0 != 1) return;
-  int start, valid_lo, end, nsplit;
-  split_range(p, len, 0, &start, &valid_lo, &end, &nsplit);
+  const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
   if (nsplit <= 1) return;  // the split kernel wrote the output itself
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
@@ -815,7 +814,8 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
     const int groups = std::min(gr.num_splits, kMergeThreads / (HEAD / 4));
-    decode_merge_kernel<T, HEAD><<<dim3(p.num_heads, gr.num_seqs), groups * (HEAD / 4), 0, stream>>>(p);
+    const dim3 merge_grid(p.num_heads, gr.num_seqs);
+    decode_merge_kernel<T, HEAD><<<merge_grid, groups * (HEAD / 4), 0, stream>>>(p);
     PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: merge launch");
   }
   return Status::Ok();
