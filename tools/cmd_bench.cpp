@@ -130,8 +130,8 @@ int run_bench(const BenchFlags& f) {
   }
   fmt::print("device: {} ({} SMs, L2 {} MB)\n", dev.ok() ? dev->name : "?", dev.ok() ? dev->sms : 0,
              dev.ok() ? dev->l2_bytes >> 20 : 0);
-  fmt::print("read ceiling: {:.0f} GB/s ({:.1f} GB read with 16-byte loads, the faster of "
-             "evict-first and normal loads, median of 20)\n",
+  fmt::print("read ceiling: {:.0f} GB/s ({:.1f} GB read with 16-byte loads, the fastest of 4 "
+             "configurations, median of 20 each)\n",
              *ceiling, f.ceiling_gb);
   // What the flush costs a pure read of about a workload's size (W1 reads 1.07 GB): the
   // ceiling kernel on 1 GiB, timed as the workloads are.
