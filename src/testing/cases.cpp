@@ -761,6 +761,10 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 544, 64, 40, 5, b16, 2, 8, 0},
         {KVLayout::kSplit, 32, 128, 16, 2, f16, 0, 24, 1},
         {KVLayout::kHND, 16, 64, 32, 8, b16, 0, 3, 0},  // odd pad: tiled fallback
+        // Head 64 with 16 query columns (GQA 9-16): its own register budget (3 CTAs per SM
+        // where GQA <= 8 runs 4), a group that fills neither 8 nor 16 columns, and 16 of 16.
+        {KVLayout::kNHD, 16, 64, 24, 2, b16, 1, 0, 0},
+        {KVLayout::kSplit, 16, 64, 16, 1, f16, 2, 0, 4},
     };
     int i = 0;
     for (const D& d : ds) {
