@@ -134,15 +134,6 @@ constexpr int kFlushReadBlocks = 1024;
 
 }  // namespace
 
-const char* to_string(L2Flush flush) {
-  switch (flush) {
-    case L2Flush::kNone: return "none";
-    case L2Flush::kDirty: return "dirty";
-    case L2Flush::kClean: return "clean";
-  }
-  return "?";
-}
-
 Status fill_uniform(void* ptr, DType dtype, std::size_t count, std::uint64_t seed, float lo,
                     float hi) {
   if (count == 0) return Status::Ok();

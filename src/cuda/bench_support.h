@@ -35,7 +35,14 @@ enum class L2Flush {
 };
 
 /// "none", "dirty" or "clean".
-const char* to_string(L2Flush flush);
+inline const char* to_string(L2Flush flush) {
+  switch (flush) {
+    case L2Flush::kNone: return "none";
+    case L2Flush::kDirty: return "dirty";
+    case L2Flush::kClean: return "clean";
+  }
+  return "?";
+}
 
 struct TimingOptions {
   int warmup = 10;

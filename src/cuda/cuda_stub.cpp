@@ -43,9 +43,6 @@ namespace pagedattn::cuda::bench {
 Result<std::vector<double>> time_call(int, const Call&, const TimingOptions&, bool) {
   return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
 }
-const char* to_string(L2Flush flush) {
-  return flush == L2Flush::kNone ? "none" : flush == L2Flush::kDirty ? "dirty" : "clean";
-}
 Result<double> read_ceiling_gbps(int, std::size_t, int, L2Flush) {
   return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
 }
