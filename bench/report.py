@@ -23,7 +23,12 @@ def main():
         return doc.get("l2_flush", "dirty" if doc.get("l2_flushed", True) else "none")
     sdpa = {}
     if args.sdpa:
-        sdoc = json.load(open(args.sdpa))
+        try:
+            sdoc = json.load(open(args.sdpa))
+            if not all("best_backend" in r for r in sdoc["results"] if "median_us" in r):
+                raise KeyError("best_backend")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"report.py: {args.sdpa}: not the JSON of `sdpa_compare.py --json` ({e!r})")
         if flush_of(sdoc) != flush_of(bench):
             raise SystemExit(f"report.py: {args.bench_json} was timed with flush "
                              f"'{flush_of(bench)}', {args.sdpa} with '{flush_of(sdoc)}': "

@@ -10,6 +10,7 @@ dense kernel PyTorch has on this GPU). Writes JSON.
 """
 import argparse
 import json
+import os
 import statistics
 
 # name: (batch, context, num_heads, num_kv_heads, head_size)
@@ -63,6 +64,15 @@ def main():
     if args.no_flush and args.flush not in (None, "none"):
         ap.error("--no-flush excludes --flush " + args.flush)
     mode = "none" if args.no_flush else (args.flush or "clean")
+    # A bad output path fails now, not after minutes of GPU work (an existing file is kept
+    # until the results replace it).
+    existed = os.path.exists(args.json)
+    try:
+        open(args.json, "a").close()
+    except OSError as e:
+        ap.error(f"--json {args.json}: cannot open for writing ({e.strerror})")
+    if not existed:
+        os.remove(args.json)
     names = list(WORKLOADS) if args.workloads == "all" else args.workloads.split(",")
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:

@@ -33,7 +33,7 @@ struct BenchFlags {
   bool sweep = false;
   int iters = 100;
   int warmup = 10;
-  std::string flush = "clean";
+  std::string flush;       // empty: not given (clean)
   bool no_flush = false;  // --flush none
   double ceiling_gb = 4.0;
   std::string csv;
@@ -57,8 +57,10 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "pagedattn bench: measures GPU kernels; --device cpu is not supported\n");
     return kExitInvalid;
   }
-  if (f.device != "cuda" && f.device != "auto") {
-    std::fprintf(stderr, "pagedattn bench: --device '%s': expected cuda or auto\n", f.device.c_str());
+  // cuda:0 as verify and explain spell it; the buffers are allocated on device 0.
+  if (f.device != "cuda" && f.device != "cuda:0" && f.device != "auto") {
+    std::fprintf(stderr, "pagedattn bench: --device '%s': expected cuda (= cuda:0) or auto\n",
+                 f.device.c_str());
     return kExitInvalid;
   }
   auto usage = [](const std::string& m) {
@@ -72,12 +74,14 @@ int run_bench(const BenchFlags& f) {
     return usage("--ceiling-gb " + std::to_string(f.ceiling_gb) + ": expected a value in (0, 64]");
   auto layout = parse_layout(f.layout);
   if (!layout.ok()) return usage("--layout: " + layout.status().message());
+  if (f.no_flush && !f.flush.empty() && f.flush != "none")
+    return usage("--no-flush contradicts --flush " + f.flush);
   cuda::bench::L2Flush flush = cuda::bench::L2Flush::kClean;
   if (f.no_flush || f.flush == "none") {
     flush = cuda::bench::L2Flush::kNone;
   } else if (f.flush == "dirty") {
     flush = cuda::bench::L2Flush::kDirty;
-  } else if (f.flush != "clean") {
+  } else if (!f.flush.empty() && f.flush != "clean") {
     return usage("--flush '" + f.flush + "': expected clean, dirty or none");
   }
 
@@ -179,6 +183,9 @@ int run_bench(const BenchFlags& f) {
 
   nlohmann::json j;
   j["device"] = dev.ok() ? dev->name : "";
+  j["sms"] = dev.ok() ? dev->sms : 0;
+  j["l2_bytes"] = dev.ok() ? dev->l2_bytes : 0;
+  j["warmup"] = f.warmup;
   j["read_ceiling_gbps"] = *ceiling;
   j["layout"] = f.layout;
   j["iters"] = f.iters;
@@ -251,7 +258,8 @@ Action register_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Time decode workloads on the GPU against the "
                                               "measured read ceiling");
   cmd->option_defaults()->always_capture_default();
-  cmd->add_option("--device", flags->device, "cuda|auto (the benchmark measures GPU kernels)");
+  cmd->add_option("--device", flags->device,
+                  "cuda (= cuda:0) or auto (the benchmark measures GPU kernels)");
   cmd->add_option("--layout", flags->layout, "split|nhd|hnd");
   cmd->add_option("--workloads", flags->workloads,
                   "comma list of names (W1..W7, T-conv-decode, ...) or groups (standard, trace, "
@@ -259,11 +267,12 @@ Action register_bench(CLI::App& app) {
   cmd->add_flag("--sweep", flags->sweep, "also run the context-length and batch-size sweeps");
   cmd->add_option("--iters", flags->iters, "timed calls per workload (median reported)");
   cmd->add_option("--warmup", flags->warmup, "untimed calls first");
-  auto* flush = cmd->add_option(
-      "--flush", flags->flush,
-      "how the L2 is flushed before each call: clean (a write then a read of 2 x L2: no dirty "
-      "lines left), dirty (the write only: the call pays the write-back), none");
-  cmd->add_flag("--no-flush", flags->no_flush, "same as --flush none")->excludes(flush);
+  cmd->add_option("--flush", flags->flush,
+                  "how the L2 is flushed before each call: clean (the default: a write then a "
+                  "read of 2 x L2, no dirty lines left), dirty (the write only: the call pays "
+                  "the write-back), none")
+      ->check(kNonEmpty);
+  cmd->add_flag("--no-flush", flags->no_flush, "same as --flush none");
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV")->check(kNonEmpty);
   cmd->add_option("--json", flags->json, "write results as JSON")->check(kNonEmpty);

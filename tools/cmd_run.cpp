@@ -360,7 +360,8 @@ Action register_run(CLI::App& app) {
       "replay the first N requests of a serving trace through a paged KV cache (block "
       "allocator, token-budget scheduler with chunked prefill) and paged attention, verifying "
       "every step against the oracle");
-  sub->add_option("--device", f->device, "cpu, cuda or auto (CUDA if available, else CPU)")
+  sub->add_option("--device", f->device,
+                  "cpu, cuda (= cuda:0) or auto (CUDA if available, else CPU)")
       ->capture_default_str();
   sub->add_option("--trace", f->trace,
                   "a shipped trace (" + list_traces() +

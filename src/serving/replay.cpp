@@ -220,8 +220,11 @@ const char* to_string(DeviceChoice choice) {
 Result<DeviceChoice> parse_device_choice(const std::string& name) {
   if (name == "auto") return DeviceChoice::kAuto;
   if (name == "cpu") return DeviceChoice::kCPU;
-  if (name == "cuda") return DeviceChoice::kCUDA;
-  return invalid(fmt::format("--device '{}': expected cpu, cuda or auto", name));
+  // cuda:0 as verify and explain spell it; the replay runs on device 0 only.
+  if (name == "cuda" || name == "cuda:0") return DeviceChoice::kCUDA;
+  if (name.rfind("cuda:", 0) == 0)
+    return invalid(fmt::format("--device '{}': the replay runs on cuda:0 only", name));
+  return invalid(fmt::format("--device '{}': expected cpu, cuda, cuda:0 or auto", name));
 }
 
 Result<std::optional<DType>> parse_kv_dtype(const std::string& name) {

@@ -56,7 +56,8 @@ Result<ModelPreset> find_model_preset(const std::string& name);
 enum class DeviceChoice : std::uint8_t { kAuto, kCPU, kCUDA };
 /// "auto", "cpu", "cuda".
 const char* to_string(DeviceChoice choice);
-/// Inverse of to_string(DeviceChoice). Error: kInvalidArgument.
+/// Inverse of to_string(DeviceChoice); "cuda:0" is also kCUDA. Error: kInvalidArgument (any
+/// other name, cuda:N for N > 0 included: the replay uses device 0).
 Result<DeviceChoice> parse_device_choice(const std::string& name);
 
 /// `--kv-dtype`: "auto" (the cache has the query dtype: nullopt), "fp8_e4m3" or "fp8_e5m2".

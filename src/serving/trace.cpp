@@ -38,6 +38,17 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+/// The UTF-8 byte-order mark that spreadsheet exports put before the first line.
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+/// A trimmed line of a trace file; the first line loses a byte-order mark.
+std::string_view trace_line(const std::string& raw, std::int64_t line_no) {
+  std::string_view line = trim(raw);
+  if (line_no == 1 && line.substr(0, kUtf8Bom.size()) == kUtf8Bom)
+    line = trim(line.substr(kUtf8Bom.size()));
+  return line;
+}
+
 /// File content quoted in an error message: at most 80 bytes, bytes outside printable ASCII
 /// as \xNN, so that a binary or mis-encoded file cannot put control characters on a terminal.
 std::string quoted(std::string_view s) {
@@ -210,7 +221,7 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
   std::int64_t first_ns = 0;
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string_view line = trim(raw);  // also drops the '\r' of CRLF files
+    const std::string_view line = trace_line(raw, line_no);  // also drops CRLF's '\r'
     if (line.empty()) continue;
     if (!have_header) {
       // The header is required: it is the only guard against feeding a different CSV (columns
@@ -280,7 +291,7 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
   std::int64_t first_ms = 0;
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string_view line = trim(raw);
+    const std::string_view line = trace_line(raw, line_no);
     if (line.empty()) continue;
     // No exceptions: a parse failure comes back as a "discarded" value.
     const nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -350,7 +361,12 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
     } else if (ext == ".jsonl" || ext == ".json") {
       trace.format = TraceFormat::kMooncakeJsonl;
     } else {
-      // Unknown extension: sniff the first non-blank character.
+      // Unknown extension: sniff the first non-blank character after a byte-order mark.
+      char bom[3] = {};
+      if (!in.read(bom, 3) || std::string_view(bom, 3) != kUtf8Bom) {
+        in.clear();
+        in.seekg(0);
+      }
       char c = 0;
       while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
       }

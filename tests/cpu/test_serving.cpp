@@ -106,6 +106,32 @@ TEST(Trace, PathsAndFormatDetection) {
   Result<Trace> c = load_trace(sniffed);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->format, TraceFormat::kMooncakeJsonl);
+
+  // A UTF-8 byte-order mark (spreadsheet exports) before the header or the first object, with
+  // a known extension and a sniffed one.
+  for (const char* name : {"bom.csv", "bom_csv.txt"}) {
+    SCOPED_TRACE(name);
+    Result<Trace> d = load_trace(write_temp(
+        name, "\xEF\xBB\xBFTIMESTAMP,ContextTokens,GeneratedTokens\n2024-01-01 00:00:00,10,2\n"));
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(d->format, TraceFormat::kAzureCsv);
+    ASSERT_EQ(d->records.size(), 1u);
+    EXPECT_EQ(d->records[0].prompt_tokens, 10);
+  }
+  for (const char* name : {"bom.jsonl", "bom_json.txt"}) {
+    SCOPED_TRACE(name);
+    Result<Trace> e = load_trace(write_temp(
+        name, "\xEF\xBB\xBF{\"timestamp\": 0, \"input_length\": 6, \"output_length\": 3}\n"));
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    EXPECT_EQ(e->format, TraceFormat::kMooncakeJsonl);
+    ASSERT_EQ(e->records.size(), 1u);
+    EXPECT_EQ(e->records[0].output_tokens, 3);
+  }
+  // Only at the start of the file: a mark on a later line is content, and an error.
+  Result<Trace> f = load_trace(write_temp(
+      "bom2.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n\xEF\xBB\xBF"
+      "2024-01-01 00:00:00,1,1\n"));
+  EXPECT_FALSE(f.ok());
 }
 
 struct BadTrace {
