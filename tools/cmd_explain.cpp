@@ -37,17 +37,24 @@ int run_explain(const ConfigFlags& flags) {
     starts[static_cast<std::size_t>(s) + 1] =
         starts[static_cast<std::size_t>(s)] + c.query_lens[static_cast<std::size_t>(s)];
     const std::int64_t nb =
-        (c.seq_lens[static_cast<std::size_t>(s)] + c.block_size - 1) / c.block_size;
+        (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} + c.block_size - 1) / c.block_size;
     width = std::max(width, nb);
     num_blocks += nb;
   }
   num_blocks = std::max<std::int64_t>(num_blocks, 1);
+  // The planner reads a host block table; past 2^28 entries (1 GiB) that is not worth building
+  // for an explanation.
+  if (num_seqs * width > (std::int64_t{1} << 28))
+    return fail(Status(StatusCode::kInvalidArgument,
+                       "--seq-lens / --block-size: the block table would need " +
+                           std::to_string(num_seqs * width) +
+                           " entries (more than 2^28); use a larger --block-size"));
   std::vector<std::int32_t> table(static_cast<std::size_t>(num_seqs * width), 0);
   {
     std::int32_t next = 0;
     for (int s = 0; s < num_seqs; ++s) {
-      const std::int64_t nb =
-          (c.seq_lens[static_cast<std::size_t>(s)] + c.block_size - 1) / c.block_size;
+      const std::int64_t nb = (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} +
+                               c.block_size - 1) / c.block_size;
       for (std::int64_t j = 0; j < nb; ++j) table[static_cast<std::size_t>(s * width + j)] = next++;
     }
   }

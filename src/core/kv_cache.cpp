@@ -89,6 +89,13 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
     return invalid("value_cache.device = " + to_string(v.device) + ": expected key_cache.device " +
                    to_string(k.device));
 
+  // Kernels hold per-block dimensions (heads, head size, block size) in 32-bit integers;
+  // checked before any of them is narrowed.
+  if (k.shape[1] > std::numeric_limits<std::int32_t>::max() ||
+      k.shape[2] > std::numeric_limits<std::int32_t>::max() ||
+      k.shape[3] > std::numeric_limits<std::int32_t>::max())
+    return invalid("key_cache " + k.describe() + ": a per-block dimension exceeds int32");
+
   KVCacheGeometry g;
   g.dtype = k.dtype;
   g.num_blocks = k.shape[0];
@@ -98,8 +105,13 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
       if (k.shape[4] != g.x)
         return invalid(dim_str("key_cache", 4, k.shape[4], g.x) +
                        " (x = 16 bytes / element size for the split layout)");
+      const std::int64_t head_size = k.shape[2] * g.x;  // < 2^35: no overflow in 64 bits
+      if (head_size > 256)
+        return unsupported("head_size = " + std::to_string(head_size) +
+                           " (key_cache.shape[2] * x): supported head sizes are the multiples "
+                           "of 8 from 8 to 256");
       g.num_kv_heads = static_cast<std::int32_t>(k.shape[1]);
-      g.head_size = static_cast<std::int32_t>(k.shape[2] * g.x);
+      g.head_size = static_cast<std::int32_t>(head_size);
       g.block_size = static_cast<std::int32_t>(k.shape[3]);
       const std::int64_t want[4] = {g.num_blocks, g.num_kv_heads, g.head_size, g.block_size};
       for (int d = 0; d < 4; ++d)
@@ -118,10 +130,6 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
     }
     default: return invalid("cache.layout: unknown layout value");
   }
-  if (k.shape[1] > std::numeric_limits<std::int32_t>::max() ||
-      k.shape[2] > std::numeric_limits<std::int32_t>::max() ||
-      k.shape[3] > std::numeric_limits<std::int32_t>::max())
-    return invalid("key_cache " + k.describe() + ": a per-block dimension exceeds int32");
   if (g.head_size % 8 != 0 || g.head_size < 8 || g.head_size > 256)
     return unsupported("head_size = " + std::to_string(g.head_size) +
                        ": supported head sizes are the multiples of 8 from 8 to 256");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -269,6 +270,9 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
   PAGEDATTN_RETURN_IF_ERROR(
       require_float_tensor(q, "query", {num_tokens, num_heads, head_size}, dev, need_data));
   if (num_heads <= 0) return invalid("query.shape[1] (num_heads) = " + s(num_heads) + ": expected > 0");
+  // Kernels index heads with 32-bit integers.
+  if (num_heads > std::numeric_limits<std::int32_t>::max())
+    return invalid("query.shape[1] (num_heads) = " + s(num_heads) + ": exceeds int32");
 
   auto geo = describe_kv_cache(args.cache);
   if (!geo.ok()) return geo.status();
@@ -298,6 +302,9 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
 
   PAGEDATTN_RETURN_IF_ERROR(require_int32_tensor(args.seq_lens, "seq_lens", 1, dev, need_data));
   const std::int64_t num_seqs = args.seq_lens.shape[0];
+  // Kernels index sequences with 32-bit integers, and query_start_loc has num_seqs + 1 entries.
+  if (num_seqs >= std::numeric_limits<std::int32_t>::max())
+    return invalid("seq_lens.shape[0] (num_seqs) = " + s(num_seqs) + ": exceeds int32 - 1");
   PAGEDATTN_RETURN_IF_ERROR(
       require_int32_tensor(args.query_start_loc, "query_start_loc", 1, dev, need_data));
   // seq_lens fixes num_seqs; the messages name it, since either tensor may be the wrong one.
@@ -451,6 +458,11 @@ Status write_kv_args(const TensorView& key, const TensorView& value,
     PAGEDATTN_RETURN_IF_ERROR(require_disjoint(c, cname, value, "value", false));
     PAGEDATTN_RETURN_IF_ERROR(require_disjoint(c, cname, slot_mapping, "slot_mapping", false));
   }
+  // Keys and values are stored separately: caches that share elements would have one
+  // overwrite the other (attention only reads them and accepts any views).
+  if (share_memory(cache.key, cache.value))
+    return invalid("value_cache " + cache.value.describe() + " shares memory with key_cache " +
+                   cache.key.describe() + ": write_kv would overwrite one with the other");
 
   if (host_slots.defined()) {
     PAGEDATTN_RETURN_IF_ERROR(require_ndim(host_slots, "host_slot_mapping", 1));
@@ -492,6 +504,9 @@ Status merge_args(const TensorView& out_a, const TensorView& lse_a, const Tensor
   PAGEDATTN_RETURN_IF_ERROR(require_float_dtype(out_a, "out_a"));
   const Device dev = out_a.device;
   const std::int64_t t = out_a.shape[0], h = out_a.shape[1], d = out_a.shape[2];
+  // Kernels index heads and head dims with 32-bit integers.
+  if (h > std::numeric_limits<std::int32_t>::max() || d > std::numeric_limits<std::int32_t>::max())
+    return invalid("out_a " + out_a.describe() + ": num_heads or head_size exceeds int32");
   for (const auto& [v, name] : {std::pair<const TensorView&, const char*>{out_a, "out_a"},
                                 std::pair<const TensorView&, const char*>{out_b, "out_b"},
                                 std::pair<const TensorView&, const char*>{out, "out"}}) {

@@ -103,6 +103,8 @@ bool parse_timestamp(std::string_view s, std::int64_t* ns) {
     return false;
   }
   if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
+  // Nanoseconds since 1970 in int64 reach from 1677 to 2262; a trace's years are well inside.
+  if (y < 1900 || y > 2200) return false;
   std::int64_t frac_ns = 0;
   if (s.size() > 19) {
     if (s[19] != '.' || s.size() == 20) return false;
@@ -311,6 +313,13 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
         return line_error(source, line_no,
                           fmt::format("field \"{}\" = {}: expected an integer", names[i],
                                       it->dump()));
+      }
+      // Above int64 the conversion would wrap (2^64 - 1 would read as -1).
+      if (it->is_number_unsigned() &&
+          it->get<std::uint64_t>() >
+              static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+        return line_error(source, line_no,
+                          fmt::format("field \"{}\" = {}: out of range", names[i], it->dump()));
       }
       values[i] = it->get<std::int64_t>();
     }

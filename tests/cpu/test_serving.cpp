@@ -175,6 +175,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrace{"timestamp", "ts.csv",
                  "TIMESTAMP,ContextTokens,GeneratedTokens\n2023/11/16 18:15:47,1,2\n",
                  "ts.csv:2: TIMESTAMP '2023/11/16 18:15:47'"},
+        // Years whose nanoseconds since 1970 would overflow int64 (past 2262).
+        BadTrace{"far_year", "year.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n9999-01-01 00:00:00,1,2\n",
+                 "year.csv:2: TIMESTAMP '9999-01-01 00:00:00'"},
         BadTrace{"integer", "int.csv",
                  "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,12x,2\n",
                  "int.csv:2: ContextTokens '12x': expected an integer"},
@@ -197,6 +201,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrace{"json_negative", "negj.jsonl",
                  "{\"timestamp\": 0, \"input_length\": 3, \"output_length\": -1}\n",
                  "negj.jsonl:1: output_length = -1"},
+        // 2^64 - 1 must not wrap to -1 on its way to int64.
+        BadTrace{"json_u64", "u64.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 18446744073709551615, "
+                 "\"output_length\": 1}\n",
+                 "u64.jsonl:1: field \"input_length\" = 18446744073709551615: out of range"},
         BadTrace{"json_empty", "none.jsonl", "\n\n", "none.jsonl:2: no records"}),
     [](const ::testing::TestParamInfo<BadTrace>& param) { return std::string(param.param.label); });
 

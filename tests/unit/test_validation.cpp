@@ -256,6 +256,26 @@ TEST_F(AttentionValidation, HeadSizeAbove256IsUnsupported) {
                   StatusCode::kUnsupported, "head_size");
   ExpectUntouched();
 }
+TEST_F(AttentionValidation, NumHeadsAboveInt32IsRejected) {
+  // Stride-0 views: a shape the kernels' 32-bit head index cannot hold, without the memory.
+  const std::int64_t heads = (std::int64_t{1} << 32) + 2;
+  args.query = TensorView::strided(query.data(), DType::kFloat16, {T, heads, D}, {0, 0, 1});
+  args.out = TensorView::strided(nullptr, DType::kFloat16, {T, heads, D}, {heads * D, D, 1});
+  args.lse = TensorView{};
+  EXPECT_REJECTED(plan_attention(args, HostMetadata::from_args(args)).status(),
+                  StatusCode::kInvalidArgument, "num_heads");
+  ExpectUntouched();
+}
+TEST_F(AttentionValidation, SplitHeadSizeIsCheckedBeforeItIsNarrowed) {
+  // key_cache.shape[2] * x = (2^29 + 1) * 8 would wrap to 8 in 32 bits.
+  args.cache.layout = KVLayout::kSplit;
+  args.cache.key = TensorView::contiguous(nullptr, DType::kFloat16,
+                                          {NB, KVH, (std::int64_t{1} << 29) + 1, BS, 8});
+  args.cache.value = TensorView::contiguous(nullptr, DType::kFloat16, {NB, KVH, 8, BS});
+  EXPECT_REJECTED(plan_attention(args, HostMetadata::from_args(args)).status(),
+                  StatusCode::kUnsupported, "head_size");
+  ExpectUntouched();
+}
 TEST_F(AttentionValidation, HeadSizeNotAMultipleOf8IsUnsupported) {
   args.query = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 20});
   args.out = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 20});
@@ -653,6 +673,31 @@ TEST_F(WriteKvValidation, Fp8CacheScaleNotPositive) {
 TEST_F(WriteKvValidation, OverlappingCacheBlocks) {
   cache.value.strides[0] = 1;
   Expect(StatusCode::kInvalidArgument, "overlap");
+}
+TEST_F(WriteKvValidation, KeyAndValueCachesSharingElementsAreRejected) {
+  // The value cache one token into the key cache: writing values would overwrite keys.
+  cache.value = TensorView::contiguous(key_cache.data() + KVH * D, DType::kFloat16,
+                                       {NB - 1, BS, KVH, D});
+  cache.key.shape[0] = NB - 1;
+  Expect(StatusCode::kInvalidArgument, "shares memory with key_cache");
+  // The same view for both.
+  cache.value = cache.key;
+  Expect(StatusCode::kInvalidArgument, "shares memory with key_cache");
+}
+TEST_F(WriteKvValidation, KeyAndValuePagesInterleavedInOneBufferAreAccepted) {
+  // [blocks, 2, block, heads, head] (K and V halves of each page, as FlashInfer lays them out):
+  // the spans meet but no element is shared.
+  std::vector<std::uint16_t> pages(2 * NB * BS * KVH * D, 0x7E00);
+  cache.key = TensorView::strided(pages.data(), DType::kFloat16, {NB, BS, KVH, D},
+                                  {2 * BS * KVH * D, KVH * D, D, 1});
+  cache.value = TensorView::strided(pages.data() + BS * KVH * D, DType::kFloat16,
+                                    {NB, BS, KVH, D}, {2 * BS * KVH * D, KVH * D, D, 1});
+  ASSERT_TRUE(write_kv(k, v, sm, cache).ok());
+  // Slot 5 = block 1, offset 1: its key at page 1's K half, its value at page 1's V half.
+  const std::size_t k5 = static_cast<std::size_t>(2 * BS * KVH * D + KVH * D);
+  const std::size_t v5 = k5 + static_cast<std::size_t>(BS * KVH * D);
+  EXPECT_EQ(pages[k5], key[0]);
+  EXPECT_EQ(pages[v5], value[0]);
 }
 TEST_F(WriteKvValidation, Fp8SplitNeedsHeadSizeMultipleOf16) {
   // make_kv_cache is where a split fp8 cache with head 40 is described (x = 16).
