@@ -102,7 +102,8 @@ class AttentionPlan {
 /// of `host` (query_start_loc monotone, starting at 0 and ending at num_tokens; 1 <= query_len
 /// <= seq_len for non-skipped sequences; block table wide enough; block ids in
 /// [0, num_blocks)), then choose the kernel.
-/// Errors: kInvalidArgument naming the argument (e.g. "seq_lens[2] = 3 < query_len 5"),
+/// Errors: kInvalidArgument naming the argument (e.g. "seq_lens[2] = 3 < query_len 5"; also
+/// num_heads or num_seqs beyond int32, which the kernels index with 32-bit integers),
 /// kUnsupported for configurations no path can run, kDeviceUnavailable when args live on a
 /// device this build or machine does not have.
 Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetadata& host,

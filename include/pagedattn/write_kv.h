@@ -26,7 +26,9 @@ struct WriteKVOptions {
 /// fp8 caches store `fp8(x / k_scale)` (round to nearest even, saturating; DESIGN.md §2.6, §2.8).
 /// Errors (nothing is written when any is returned): kInvalidArgument for shape/dtype/device
 /// mismatches, a slot >= num_blocks * block_size, two tokens mapped to one slot (named by
-/// index), or key/value/slot_mapping sharing memory with the cache; kDeviceUnavailable for CUDA tensors in a build or machine without CUDA.
+/// index), key/value/slot_mapping sharing memory with the cache, or key and value caches
+/// sharing elements (one would overwrite the other; interleaved pages that share none are
+/// fine); kDeviceUnavailable for CUDA tensors in a build or machine without CUDA.
 Status write_kv(const TensorView& key, const TensorView& value, const TensorView& slot_mapping,
                 const KVCache& cache, Stream stream = nullptr, const WriteKVOptions& options = {});
 
