@@ -28,7 +28,8 @@ def main():
             if not all("best_backend" in r for r in sdoc["results"] if "median_us" in r):
                 raise KeyError("best_backend")
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"report.py: {args.sdpa}: not the JSON of `sdpa_compare.py --json` ({e!r})")
+            raise SystemExit(
+                f"report.py: {args.sdpa}: not the JSON of `sdpa_compare.py --json` ({e!r})")
         if flush_of(sdoc) != flush_of(bench):
             raise SystemExit(f"report.py: {args.bench_json} was timed with flush "
                              f"'{flush_of(bench)}', {args.sdpa} with '{flush_of(sdoc)}': "
@@ -37,8 +38,8 @@ def main():
             if "median_us" in r:
                 sdpa[r["name"]] = r
     ceiling = bench["read_ceiling_gbps"]
-    lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; layout {bench['layout']}; "
-             f"L2 flush {flush_of(bench)}",
+    lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; "
+             f"layout {bench['layout']}; L2 flush {flush_of(bench)}",
              "",
              "| workload | pagedattn us | graph us | GB/s | % ceiling | splits | kernel | SDPA us (backend) | pagedattn/SDPA |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|"]

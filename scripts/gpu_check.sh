@@ -126,7 +126,8 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
 
   # ---------------------------------------------------------------- GPU test suite
   t0=$(date +%s)
-  run_limited 330 150 "$TESTS" --gtest_filter="${GPU_SUITE_FILTER:--Sanitize*}" > "$LOG/tests.log" 2>&1
+  run_limited 330 150 "$TESTS" --gtest_filter="${GPU_SUITE_FILTER:--Sanitize*}" \
+    > "$LOG/tests.log" 2>&1
   rc=$?; t1=$(date +%s)
   record cuda_tests "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(gtest_counts "$LOG/tests.log")$([ $rc -eq 124 ] && echo ', TIMEOUT')"
 
@@ -192,7 +193,8 @@ if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ]; then
   rrc=$?
   python3 bench/report.py "$OUT/bench_dirty.json" --sdpa "$OUT/sdpa_dirty.json" \
     --markdown "$OUT/report_dirty.md" >> "$LOG/report.log" 2>&1 || rrc=$?
-  record report "$([ $rrc -eq 0 ] && echo ok || echo FAIL)" 0 "report.md, report_dirty.md, bench.png"
+  record report "$([ $rrc -eq 0 ] && echo ok || echo FAIL)" 0 \
+    "report.md, report_dirty.md, bench.png"
   cat "$LOG/bench.log"
   cat "$OUT/report.md" "$OUT/report_dirty.md" 2>/dev/null
 fi

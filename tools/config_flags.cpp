@@ -93,8 +93,9 @@ Result<std::vector<int>> parse_int_list(const std::string& text, const char* fla
     // "1, 17, 544" reads as typed: blanks around an item are not part of it (strtol would skip
     // leading ones only).
     const std::size_t first = item.find_first_not_of(" \t");
-    item = first == std::string::npos ? std::string()
-                                      : item.substr(first, item.find_last_not_of(" \t") - first + 1);
+    item = first == std::string::npos
+               ? std::string()
+               : item.substr(first, item.find_last_not_of(" \t") - first + 1);
     char* end = nullptr;
     errno = 0;
     const long v = std::strtol(item.c_str(), &end, 10);

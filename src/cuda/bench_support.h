@@ -59,9 +59,10 @@ Result<std::vector<double>> time_call(int device, const Call& call, const Timing
 /// Measured read ceiling in GB/s: median over `iters` runs of a kernel that reads `bytes`
 /// (>= 4 GB recommended) of random data with 16-byte loads, 4 independent loads in flight per
 /// thread, a few CTAs per SM, and one small write per CTA (DESIGN.md §6); the fastest of
-/// evict-first and normal-priority loads with 2 and 4 CTAs of 512 threads per SM. With `flush` other
-/// than kNone each run is timed as the workloads are (the L2 flushed before it): on a read
-/// of the size of a workload this shows what the flush itself costs a pure read.
+/// evict-first and normal-priority loads with 2 and 4 CTAs of 512 threads per SM. With
+/// `flush` other than kNone each run is timed as the workloads are (the L2 flushed before
+/// it): on a read of the size of a workload this shows what the flush itself costs a pure
+/// read.
 /// Errors: kDeviceUnavailable without CUDA; CUDA allocation or launch failures.
 Result<double> read_ceiling_gbps(int device, std::size_t bytes, int iters,
                                  L2Flush flush = L2Flush::kNone);
