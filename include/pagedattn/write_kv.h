@@ -27,8 +27,9 @@ struct WriteKVOptions {
 /// Errors (nothing is written when any is returned): kInvalidArgument for shape/dtype/device
 /// mismatches, a slot >= num_blocks * block_size, two tokens mapped to one slot (named by
 /// index), key/value/slot_mapping sharing memory with the cache, or key and value caches
-/// sharing elements (one would overwrite the other; interleaved pages that share none are
-/// fine); kDeviceUnavailable for CUDA tensors in a build or machine without CUDA.
+/// sharing elements (one would overwrite the other; nhd/hnd K and V pages interleaved in one
+/// buffer share none and are fine; split-layout caches must not share a span);
+/// kDeviceUnavailable for CUDA tensors in a build or machine without CUDA.
 Status write_kv(const TensorView& key, const TensorView& value, const TensorView& slot_mapping,
                 const KVCache& cache, Stream stream = nullptr, const WriteKVOptions& options = {});
 
