@@ -99,23 +99,21 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
   KVCacheGeometry g;
   g.dtype = k.dtype;
   g.num_blocks = k.shape[0];
+  // The value cache has the key's first four dimensions, except that the split layout's head
+  // dimension is the key's chunk count times x. The head size stays in 64 bits until its range
+  // is checked (the split product may exceed int32).
+  std::int64_t want_v[4] = {k.shape[0], k.shape[1], k.shape[2], k.shape[3]};
+  std::int64_t head_size = 0;
   switch (cache.layout) {
     case KVLayout::kSplit: {
       g.x = static_cast<std::int32_t>(16 / dtype_size(k.dtype));
       if (k.shape[4] != g.x)
         return invalid(dim_str("key_cache", 4, k.shape[4], g.x) +
                        " (x = 16 bytes / element size for the split layout)");
-      const std::int64_t head_size = k.shape[2] * g.x;  // < 2^35: no overflow in 64 bits
-      if (head_size > 256)
-        return unsupported("head_size = " + std::to_string(head_size) +
-                           " (key_cache.shape[2] * x): supported head sizes are the multiples "
-                           "of 8 from 8 to 256");
       g.num_kv_heads = static_cast<std::int32_t>(k.shape[1]);
-      g.head_size = static_cast<std::int32_t>(head_size);
+      head_size = k.shape[2] * g.x;  // < 2^35: no overflow in 64 bits
       g.block_size = static_cast<std::int32_t>(k.shape[3]);
-      const std::int64_t want[4] = {g.num_blocks, g.num_kv_heads, g.head_size, g.block_size};
-      for (int d = 0; d < 4; ++d)
-        if (v.shape[d] != want[d]) return invalid(dim_str("value_cache", d, v.shape[d], want[d]));
+      want_v[2] = head_size;
       break;
     }
     case KVLayout::kNHD:
@@ -123,16 +121,17 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
       const bool nhd = cache.layout == KVLayout::kNHD;
       g.block_size = static_cast<std::int32_t>(k.shape[nhd ? 1 : 2]);
       g.num_kv_heads = static_cast<std::int32_t>(k.shape[nhd ? 2 : 1]);
-      g.head_size = static_cast<std::int32_t>(k.shape[3]);
-      for (int d = 0; d < 4; ++d)
-        if (v.shape[d] != k.shape[d]) return invalid(dim_str("value_cache", d, v.shape[d], k.shape[d]));
+      head_size = k.shape[3];
       break;
     }
     default: return invalid("cache.layout: unknown layout value");
   }
-  if (g.head_size % 8 != 0 || g.head_size < 8 || g.head_size > 256)
-    return unsupported("head_size = " + std::to_string(g.head_size) +
+  if (head_size % 8 != 0 || head_size < 8 || head_size > 256)
+    return unsupported("head_size = " + std::to_string(head_size) +
                        ": supported head sizes are the multiples of 8 from 8 to 256");
+  g.head_size = static_cast<std::int32_t>(head_size);
+  for (int d = 0; d < 4; ++d)
+    if (v.shape[d] != want_v[d]) return invalid(dim_str("value_cache", d, v.shape[d], want_v[d]));
   if (is_fp8(g.dtype)) {
     if (!(std::isfinite(cache.k_scale) && cache.k_scale > 0))
       return invalid("k_scale = " + std::to_string(cache.k_scale) +
