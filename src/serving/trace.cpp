@@ -38,15 +38,14 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-/// The UTF-8 byte-order mark that spreadsheet exports put before the first line.
-constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
-
-/// A trimmed line of a trace file; the first line loses a byte-order mark.
-std::string_view trace_line(const std::string& raw, std::int64_t line_no) {
-  std::string_view line = trim(raw);
-  if (line_no == 1 && line.substr(0, kUtf8Bom.size()) == kUtf8Bom)
-    line = trim(line.substr(kUtf8Bom.size()));
-  return line;
+/// Moves `in` past a UTF-8 byte-order mark (spreadsheet exports write one before the first
+/// line) and returns where the content starts.
+std::streampos skip_byte_order_mark(std::istream& in) {
+  char bom[3] = {};
+  if (in.read(bom, 3) && std::string_view(bom, 3) == "\xEF\xBB\xBF") return in.tellg();
+  in.clear();
+  in.seekg(0);
+  return in.tellg();
 }
 
 /// File content quoted in an error message: at most 80 bytes, bytes outside printable ASCII
@@ -223,7 +222,7 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
   std::int64_t first_ns = 0;
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string_view line = trace_line(raw, line_no);  // also drops CRLF's '\r'
+    const std::string_view line = trim(raw);  // also drops the '\r' of CRLF files
     if (line.empty()) continue;
     if (!have_header) {
       // The header is required: it is the only guard against feeding a different CSV (columns
@@ -293,7 +292,7 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
   std::int64_t first_ms = 0;
   while (std::getline(in, raw)) {
     ++line_no;
-    const std::string_view line = trace_line(raw, line_no);
+    const std::string_view line = trim(raw);
     if (line.empty()) continue;
     // No exceptions: a parse failure comes back as a "discarded" value.
     const nlohmann::json obj = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -361,6 +360,7 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("trace '{}': cannot open {}", name_or_path, trace.path));
   }
+  const std::streampos content = skip_byte_order_mark(in);
   if (!known) {
     std::string ext = fs::path(trace.path).extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(),
@@ -370,18 +370,13 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
     } else if (ext == ".jsonl" || ext == ".json") {
       trace.format = TraceFormat::kMooncakeJsonl;
     } else {
-      // Unknown extension: sniff the first non-blank character after a byte-order mark.
-      char bom[3] = {};
-      if (!in.read(bom, 3) || std::string_view(bom, 3) != kUtf8Bom) {
-        in.clear();
-        in.seekg(0);
-      }
+      // Unknown extension: sniff the first non-blank character.
       char c = 0;
       while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
       }
       trace.format = c == '{' ? TraceFormat::kMooncakeJsonl : TraceFormat::kAzureCsv;
       in.clear();
-      in.seekg(0);
+      in.seekg(content);
     }
   }
   const std::string source = fs::path(trace.path).filename().string();
