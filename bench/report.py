@@ -44,11 +44,11 @@ def main():
              "| workload | pagedattn us | graph us | GB/s | % ceiling | splits | kernel | SDPA us (backend) | pagedattn/SDPA |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in bench["results"]:
-        # JSON written before "kernel" named the kernels that ran kept them in "kernels".
         s = sdpa.get(r["name"])
         sd = f"{s['median_us']:.1f} ({s['best_backend']})" if s else "-"
         ratio = f"{r['median_us'] / s['median_us']:.2f}" if s else "-"
         g = f"{r['graph_median_us']:.1f}" if r["graph_median_us"] >= 0 else "-"
+        # JSON written before "kernel" named the kernels that ran kept them in "kernels".
         lines.append(f"| {r['name']} | {r['median_us']:.1f} | {g} | {r['gbps']:.0f} | "
                      f"{r['pct_of_ceiling']:.1f}% | {r['splits']} | {r.get('kernels', r['kernel'])} | {sd} | {ratio} |")
     text = "\n".join(lines)

@@ -33,11 +33,14 @@ int run_explain(const ConfigFlags& flags) {
   std::vector<std::int32_t> seq_lens(c.seq_lens.begin(), c.seq_lens.end());
   std::vector<std::int32_t> starts(static_cast<std::size_t>(num_seqs) + 1, 0);
   std::int64_t width = 1, num_blocks = 0;
+  auto blocks_of = [&c](int s) {  // 64-bit: seq_len + block_size - 1 may pass INT32_MAX
+    return (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} + c.block_size - 1) /
+           c.block_size;
+  };
   for (int s = 0; s < num_seqs; ++s) {
     starts[static_cast<std::size_t>(s) + 1] =
         starts[static_cast<std::size_t>(s)] + c.query_lens[static_cast<std::size_t>(s)];
-    const std::int64_t nb =
-        (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} + c.block_size - 1) / c.block_size;
+    const std::int64_t nb = blocks_of(s);
     width = std::max(width, nb);
     num_blocks += nb;
   }
@@ -53,8 +56,7 @@ int run_explain(const ConfigFlags& flags) {
   {
     std::int32_t next = 0;
     for (int s = 0; s < num_seqs; ++s) {
-      const std::int64_t nb = (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} +
-                               c.block_size - 1) / c.block_size;
+      const std::int64_t nb = blocks_of(s);
       for (std::int64_t j = 0; j < nb; ++j) table[static_cast<std::size_t>(s * width + j)] = next++;
     }
   }
