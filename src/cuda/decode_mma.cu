@@ -58,6 +58,10 @@ struct DecodeParams {
   int num_seqs;
   int work_list;  // 1: CTAs stride over a numbered list of (sequence, split) items
   int cluster;    // 1: the splits of one (sequence, KV head) form a cluster and merge in DSMEM
+  // Cluster mode: output elements (of gqa * HEAD) that each CTA of the cluster combines
+  // (decode_cluster_share), and a divider by it.
+  int cl_share;
+  FastDiv cl_div;
   float* part_o;
   float* part_lse;
 };
@@ -127,19 +131,55 @@ __device__ __forceinline__ unsigned cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
-/// Barrier over the CTAs of the cluster; release/acquire order shared-memory writes before it
-/// against DSMEM reads after it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
+// Cluster merge primitives (sm_90, PTX ISA 8.0+). The splits of one (sequence, KV head) push
+// their partial results into the shared memory of the CTA that combines each output element
+// (st.async, which signals the destination's mbarrier with the bytes it wrote), so a CTA waits
+// only for its own inputs to land: no cluster-wide barrier between the partials and the merge
+// and none at the end (a CTA exits once it has received everything; nobody reads its memory).
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-/// Load a float from the shared memory of CTA `rank` of the cluster (same offset as `p`).
-__device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
+/// One arrival that also expects `bytes` of asynchronous writes in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/// Wait for phase `parity` of the barrier; acquire at cluster scope pairs with the release of
+/// the remote writers' complete-tx.
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+/// Make this thread's mbarrier initialisation visible to the other CTAs of the cluster.
+__device__ __forceinline__ void fence_mbar_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+/// The address of shared-memory address `local` in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned map_rank(unsigned local, unsigned rank) {
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(p)), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+/// Asynchronous 4-byte store into the shared memory of another CTA of the cluster, counted
+/// against that CTA's mbarrier `remote_bar` (both cluster addresses from map_rank).
+__device__ __forceinline__ void st_async_f32(unsigned remote, float v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(
+                   remote),
+               "f"(v), "r"(remote_bar)
+               : "memory");
 }
 
 // Orientation: the MMAs compute S^T = K Q^T and O^T += V^T P^T, so the 16 MMA rows are 16
@@ -171,14 +211,20 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_work[2];
+  __shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed
   T* sQ = reinterpret_cast<T*>(smem_raw);
   // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
   // reserves the slack).
   const unsigned sK = (smem_addr(sQ + NH * HEAD) + 255u) & ~255u;
   const unsigned sV = sK + STAGES * TILE_B;
+  // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
+  // [splits][share] outputs, then [splits][kClusterLseSlots] LSEs), past everything else, so
+  // that a split that finishes first can write while this one still streams its tiles.
+  const unsigned rx_s = sV + STAGES * TILE_B;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bool mods = p.softcap > 0.f || p.alibi != nullptr;
+  const unsigned rx_bar = smem_addr(&s_rx_bar);
 
   // Per-lane shared-memory addresses (stage 0); a stage adds a multiple of TILE_B and every
   // other offset is an immediate.
@@ -292,13 +338,31 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       s = blockIdx.z;
       split = blockIdx.x;
     }
+    // The sequence's metadata loads go out together (the length does not depend on the query
+    // start), before the cluster set-up below, whose memory clobbers keep them ahead of it:
+    // in a latency-bound call each dependent round trip is ~0.5 us.
     const int q0 = p.qsl[s * p.qsl_stride];
-    if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) {
+    const int q1 = p.qsl[(s + 1) * p.qsl_stride];
+    const int len = p.seq_lens[s * p.sl_stride];
+    if (p.cluster) {  // one item per CTA in cluster mode: this runs once
+      // The barrier expects every split's partials for this CTA's share of the outputs. Every
+      // thread arrives at the cluster barrier now and waits on it only before its first
+      // remote write, by which time all CTAs have long initialised their barriers.
+      if (tid == 0) {
+        const int total = p.gqa * HEAD;
+        const int mine =
+            min(p.cl_share, max(0, total - static_cast<int>(cluster_rank()) * p.cl_share));
+        mbar_init(rx_bar, 1);
+        mbar_arrive_expect_tx(rx_bar, static_cast<unsigned>(p.max_splits * (mine + p.gqa) * 4));
+        fence_mbar_init_cluster();
+      }
+      cluster_arrive_relaxed();
+    }
+    if (q1 - q0 != 1) {
       // Not a decode row: uniform over a cluster (its CTAs share the sequence).
       __syncthreads();  // s_work is rewritten for the next item
       continue;
     }
-    const int len = p.seq_lens[s * p.sl_stride];
     int start = 0, valid_lo = 0, end = 0, nsplit = 0;
     const bool has_work = split_range(p, len, split, &start, &valid_lo, &end, &nsplit);
     if (!has_work && !p.cluster) {
@@ -563,10 +627,8 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     // Merge the four warps' states (fixed order: deterministic). Maxima in log2 units.
     float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
     float* red_l = red_m + 4 * NH;                      // [4][NH]
-    float* fin = red_l + 4 * NH;                        // [2][NH]: M, L per head
+    float* fin = red_l + 4 * NH;                        // [2][NH]: scale, LSE per head
     float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
-    float* cl_o = so + 4 * NH * SO_PITCH;               // cluster mode: [gqa][HEAD] acc / L
-    float* cl_lse = cl_o + NH * HEAD;                   // cluster mode: [gqa] natural-log LSE
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -582,6 +644,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         }
       }
     __syncthreads();
+    const bool single = nsplit == 1 && !p.cluster;
     float f[NT][2];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -599,8 +662,22 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
             const float mw = red_m[w * NH + h];
             if (mw != -INFINITY) L += red_l[w * NH + h] * ex2(mw - M);
           }
-          fin[h] = M;
-          fin[NH + h] = L;
+          // Per head, once: the factor that turns the summed accumulator into this CTA's
+          // output (or partial output) and the LSE that goes with it (natural log). A split
+          // without keys (cluster mode only) has L = 0 and M = -inf: weight 0 in the merge.
+          float scale = L > 0.f ? 1.f / L : 0.f;
+          float lse = L > 0.f ? M * kLn2 + __logf(L) : -INFINITY;
+          if (single && p.sinks != nullptr && h < p.gqa) {
+            // The sink joins the softmax denominator only (its value row is zero).
+            const float Ms = M * kLn2;
+            const float sk = p.sinks[static_cast<std::int64_t>(g * p.gqa + h) * p.sinks_stride];
+            const float M2 = fmaxf(Ms, sk);
+            const float Ls = L * __expf(Ms - M2) + __expf(sk - M2);
+            scale = __expf(Ms - M2) / Ls;
+            lse = M2 + __logf(Ls);
+          }
+          fin[h] = scale;
+          fin[NH + h] = lse;
         }
       }
 #pragma unroll
@@ -615,55 +692,61 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         }
     __syncthreads();
 
-    const bool single = nsplit == 1 && !p.cluster;
     const std::int64_t part_row =
         (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;
+    const unsigned csize = static_cast<unsigned>(p.max_splits);
+    const unsigned rank = p.cluster ? cluster_rank() : 0u;
+    const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
+    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
     for (int i = tid; i < p.gqa * HEAD; i += kDecodeThreads) {
       const int r = i / HEAD, d = i % HEAD;
       const int h = g * p.gqa + r;
       float acc = 0.f;
 #pragma unroll
       for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + d];
-      // A split without keys (cluster mode only) has L = 0 and M = -inf: weight 0 below.
-      const float L = fin[NH + r];
-      const float M = fin[r] * kLn2;  // natural-log units from here on
-      const float part_lse = L > 0.f ? M + __logf(L) : -INFINITY;
-      const float part = L > 0.f ? acc / L : 0.f;
+      const float v = acc * fin[r];
+      const float lse = fin[NH + r];
       if (p.cluster) {
-        cl_o[i] = part;
-        if (d == 0) cl_lse[r] = part_lse;
+        // Element i goes to the CTA that combines it; each head's LSE to every CTA.
+        const unsigned owner = p.cl_div.div(static_cast<unsigned>(i));
+        const unsigned e = static_cast<unsigned>(i) - owner * p.cl_share;
+        st_async_f32(map_rank(rx_s + (rank * p.cl_share + e) * 4, owner), v,
+                     map_rank(rx_bar, owner));
+        if (d == 0)
+          for (unsigned j = 0; j < csize; ++j)
+            st_async_f32(map_rank(rx_lse + (rank * kClusterLseSlots + r) * 4, j), lse,
+                         map_rank(rx_bar, j));
       } else if (single) {
-        float Ms = M, Ls = L;
-        if (p.sinks != nullptr) {
-          const float sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
-          const float M2 = fmaxf(Ms, sk);
-          acc *= __expf(Ms - M2);
-          Ls = Ls * __expf(Ms - M2) + __expf(sk - M2);
-          Ms = M2;
-        }
-        store_output<T>(p, q0, h, d, acc / Ls, Ms + __logf(Ls));
+        store_output<T>(p, q0, h, d, v, lse);
       } else {
-        p.part_o[(part_row + h) * HEAD + d] = part;
-        if (d == 0) p.part_lse[part_row + h] = part_lse;
+        p.part_o[(part_row + h) * HEAD + d] = v;
+        if (d == 0) p.part_lse[part_row + h] = lse;
       }
     }
     if (p.cluster) {
-      // The splits of this (sequence, KV head) are the CTAs of the cluster: after the barrier
-      // every CTA combines a share of the (head, dim) outputs from all splits' shared memory
-      // (fixed order: deterministic), and the second barrier keeps each CTA's shared memory
-      // alive until the others have read it.
-      cluster_sync();
-      const unsigned csize = static_cast<unsigned>(p.max_splits);
-      const unsigned rank = cluster_rank();
-      for (int i = static_cast<int>(rank) * kDecodeThreads + tid; i < p.gqa * HEAD;
-           i += kDecodeThreads * static_cast<int>(csize)) {
+      // Combine this CTA's share of the (head, dim) outputs over all splits, from its own
+      // shared memory once every split's partials have landed (fixed order: deterministic).
+      mbar_wait_cluster(rx_bar, 0);
+      const float* rx = reinterpret_cast<const float*>(smem_raw + (rx_s - smem_addr(smem_raw)));
+      const float* rx_l = rx + csize * p.cl_share;
+      const int first = static_cast<int>(rank) * p.cl_share;
+      const int mine = min(p.cl_share, p.gqa * HEAD - first);
+      for (int e = tid; e < mine; e += kDecodeThreads) {
+        const int i = first + e;
         const int r = i / HEAD, d = i % HEAD;
         const int h = g * p.gqa + r;
-        float lse_k[kMaxClusterSplits];
+        // All loads before any use (ranks past the cluster read rank 0 and are masked).
+        float lse_k[kMaxClusterSplits], o_k[kMaxClusterSplits];
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          const int src = k < static_cast<int>(csize) ? k : 0;
+          lse_k[k] = rx_l[src * kClusterLseSlots + r];
+          o_k[k] = rx[src * p.cl_share + e];
+        }
         float M = -INFINITY;
 #pragma unroll
         for (int k = 0; k < kMaxClusterSplits; ++k) {
-          lse_k[k] = k < static_cast<int>(csize) ? ld_dsmem(cl_lse + r, k) : -INFINITY;
+          if (k >= static_cast<int>(csize)) lse_k[k] = -INFINITY;
           M = fmaxf(M, lse_k[k]);
         }
         float sk = -INFINITY;
@@ -674,14 +757,13 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         float den = sk == -INFINITY ? 0.f : __expf(sk - M), acc = 0.f;
 #pragma unroll
         for (int k = 0; k < kMaxClusterSplits; ++k) {
-          if (lse_k[k] == -INFINITY) continue;
-          const float w = __expf(lse_k[k] - M);
+          // Weight 0 for an empty split or a rank past the cluster.
+          const float w = lse_k[k] == -INFINITY ? 0.f : __expf(lse_k[k] - M);
           den += w;
-          acc += w * ld_dsmem(cl_o + i, k);
+          acc += w * o_k[k];
         }
         store_output<T>(p, q0, h, d, acc / den, M + __logf(den));
       }
-      cluster_sync();
     }
     __syncthreads();  // the next item reuses shared memory and s_work
   }
@@ -780,18 +862,24 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 /// Launch geometry of one call.
 struct DecodeGrid {
   int num_splits, num_kv_heads, num_seqs;
-  int list_ctas;  // > 0: work-list mode with this many CTAs per KV head
+  int list_ctas;   // > 0: work-list mode with this many CTAs per KV head
+  int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
 };
 
 template <class T, int HEAD, bool SPLIT, int NT>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
   constexpr int STAGES = decode_mma_stages(HEAD);
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES>;
-  const int smem = static_cast<int>(decode_mma_smem_bytes(HEAD));
+  const int smem = static_cast<int>(
+      decode_mma_smem_bytes(HEAD) +
+      (p.cluster ? decode_cluster_rx_bytes(HEAD, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
-  // it is legal during graph capture, and cheap enough to repeat.
-  PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                 "decode_mma: cudaFuncSetAttribute");
+  // it is legal during graph capture, and cheap enough to repeat. It is the same for every
+  // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
+  // launch still runs after calls without one.
+  PA_CUDA_RETURN(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gr.smem_limit),
+      "decode_mma: cudaFuncSetAttribute");
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
@@ -880,7 +968,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0};
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(config.smem_limit)};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
@@ -895,6 +983,8 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     p.work_list = 1;
   } else if (config.cluster_merge) {  // 2..kMaxClusterSplits splits, cc >= 9 (the plan's rule)
     p.cluster = 1;
+    p.cl_share = decode_cluster_share(head, p.gqa, num_splits);
+    p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)

@@ -20,8 +20,10 @@
 //    for small batches); batches with many splits and up to 256 sequences number their
 //    (sequence, split) items, longest first, one CTA each, so that no CTA is launched for a split
 //    a short sequence lacks; sequences that need one split write their output directly; the
-//    splits of a one-wave call merge inside a thread-block cluster through distributed shared
-//    memory, the others through a deterministic log-sum-exp merge kernel.
+//    splits of a one-wave call merge inside a thread-block cluster (each CTA pushes its partial
+//    outputs with st.async into the shared memory of the CTA that combines them, which waits on
+//    an mbarrier for exactly those bytes: no cluster-wide barrier), the others through a
+//    deterministic log-sum-exp merge kernel.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +43,37 @@ inline constexpr int kDecodeThreads = 128;
 inline constexpr int kMaxDecodeSplits = 512;
 /// Largest thread-block cluster the merge-in-cluster mode uses (the portable cluster size).
 inline constexpr int kMaxClusterSplits = 8;
+/// LSE slots per split in a cluster CTA's receive buffer (the largest GQA group).
+inline constexpr int kClusterLseSlots = 16;
+
+/// Cluster merge: output elements (of the gqa * head_size of one KV head) that each of the
+/// `splits` CTAs of a cluster combines, ceil(total / splits) rounded up to a multiple of 4;
+/// the last CTAs may get fewer, or none.
+constexpr int decode_cluster_share(int head_size, int gqa, int splits) {
+  const int total = gqa * head_size;
+  return ((total + splits - 1) / splits + 3) / 4 * 4;
+}
+
+/// Cluster merge: bytes of the buffer into which the other splits of a cluster push their
+/// partial outputs and LSEs (fp32), [splits][share] + [splits][kClusterLseSlots]. At most
+/// 8.8 KB (head 128, GQA 16, 2 splits), which leaves the CTAs per SM of
+/// decode_mma_reg_ctas unchanged on an H100/H200 (test_decode_select.cpp checks it).
+constexpr std::int64_t decode_cluster_rx_bytes(int head_size, int gqa, int splits) {
+  return std::int64_t{splits} * (decode_cluster_share(head_size, gqa, splits) + kClusterLseSlots) *
+         4;
+}
+
+/// The largest decode_cluster_rx_bytes over the GQA groups (1-16) and cluster sizes (2-8) the
+/// kernel runs with: the dynamic shared-memory limit the kernel is given once for all calls.
+constexpr std::int64_t decode_cluster_rx_max_bytes(int head_size) {
+  std::int64_t m = 0;
+  for (int gqa = 1; gqa <= 16; ++gqa)
+    for (int splits = 2; splits <= kMaxClusterSplits; ++splits)
+      m = decode_cluster_rx_bytes(head_size, gqa, splits) > m
+              ? decode_cluster_rx_bytes(head_size, gqa, splits)
+              : m;
+  return m;
+}
 
 /// Stages of the cp.async pipeline (the same for every head size: head 64 keeps as many bytes
 /// in flight per SM through more CTAs, see decode_mma_reg_ctas).
@@ -111,6 +144,10 @@ struct DecodeMmaConfig {
   /// round trips are most of the time). Batches of several waves keep the merge kernel:
   /// measured on the H200, clusters there cost 3-4% (co-scheduling constraints).
   bool cluster_merge = false;
+  /// Dynamic shared memory the kernel is allowed on this device, the same for every call:
+  /// decode_mma_smem_bytes plus, where clusters can run (cc >= 9), the largest cluster
+  /// receive buffer (decode_cluster_rx_max_bytes).
+  std::int64_t smem_limit = 0;
 };
 
 /// decode_mma_chunk plus the work-item bound and the merge mode, from the plan's problem and

@@ -147,8 +147,11 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   // Thread-block clusters need compute capability 9.0; decided here, once per plan, rather
   // than by a device query per run.
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
-  c.cluster_merge = device.cc_major >= 9 && c.num_splits >= 2 &&
-                    c.num_splits <= kMaxClusterSplits &&
+  const std::int64_t base = decode_mma_smem_bytes(pr.head_size);
+  const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
+  const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
+  c.smem_limit = clusters ? with_rx : base;
+  c.cluster_merge = clusters && c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
                     ctas <= decode_mma_slots(pr.head_size, pr.gqa_ratio(), device.num_units,
                                              device.max_shared_memory_per_block);
   return c;

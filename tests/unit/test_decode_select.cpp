@@ -223,6 +223,46 @@ TEST(DecodeMmaSplits, SlotsFollowSharedMemoryAndLaunchBounds) {
   EXPECT_EQ(decode_mma_slots(128, 4, 10, std::int64_t{1} << 30), 20);
 }
 
+// The cluster merge: every output element has exactly one combining CTA, and the receive
+// buffer the other splits push into never costs the kernel a CTA per SM (so the one-wave test
+// of the cluster decision, made with the base shared memory, still holds).
+TEST(DecodeMmaSplits, ClusterReceiveBufferKeepsTheCtasPerSm) {
+  for (int head : {64, 128})
+    for (int gqa = 1; gqa <= 16; ++gqa)
+      for (int splits = 2; splits <= kMaxClusterSplits; ++splits) {
+        SCOPED_TRACE("head " + std::to_string(head) + " gqa " + std::to_string(gqa) +
+                     " splits " + std::to_string(splits));
+        const int total = gqa * head;
+        const int share = decode_cluster_share(head, gqa, splits);
+        EXPECT_EQ(share % 4, 0);
+        EXPECT_GE(static_cast<std::int64_t>(share) * splits, total);
+        EXPECT_LT(static_cast<std::int64_t>(share - 4) * splits, total);
+        const std::int64_t base = decode_mma_smem_bytes(head);
+        const std::int64_t rx = decode_cluster_rx_bytes(head, gqa, splits);
+        EXPECT_LE(rx, decode_cluster_rx_max_bytes(head));
+        const auto per_sm = [&](std::int64_t smem) {
+          return std::min<std::int64_t>((kH200Smem + 1024) / (smem + 1024),
+                                        decode_mma_reg_ctas(head, gqa));
+        };
+        EXPECT_EQ(per_sm(base + rx), per_sm(base));
+      }
+  // The kernel's shared-memory limit: the same for every call on a device, with room for the
+  // largest receive buffer where clusters run, and never above the device's limit.
+  const ProblemDesc p = decode_problem({1024}, 32, 8, 128);
+  const DecodeMmaConfig hopper = decode_mma_config(p, synthetic_h200(), 0);
+  EXPECT_TRUE(hopper.cluster_merge);
+  EXPECT_EQ(hopper.smem_limit, decode_mma_smem_bytes(128) + decode_cluster_rx_max_bytes(128));
+  const DecodeMmaConfig ampere = decode_mma_config(p, synthetic_h200(kH200Units, 8), 0);
+  EXPECT_FALSE(ampere.cluster_merge);
+  EXPECT_EQ(ampere.smem_limit, decode_mma_smem_bytes(128));
+  // A cc-9 device whose limit fits the kernel but not the receive buffer: no clusters.
+  const DeviceInfo tight = testing::synthetic_cuda_device(decode_mma_smem_bytes(128) + 1024,
+                                                          kH200Units, 9);
+  const DecodeMmaConfig small = decode_mma_config(p, tight, 0);
+  EXPECT_FALSE(small.cluster_merge);
+  EXPECT_EQ(small.smem_limit, decode_mma_smem_bytes(128));
+}
+
 TEST(DecodeSplitRange, SplitsCoverTheWindowOnceAndStayWithinTheWorkspace) {
   for (int window : {0, 1, 37, 64, 65, 100, 700})
     for (int chunk : {64, 128, 192, 640})
