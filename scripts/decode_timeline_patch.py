@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Per-CTA timeline of the decode kernel: a diagnostic, applied to a COPY of the source tree.
+
+Inserts eleven marks into src/cuda/decode_mma.cu of the tree given as argument: thread 0 of
+every CTA records %globaltimer and %clock64 at kernel entry (0), query start arrived (1), length
+arrived (2), query rows landed (4), first tile landed (5), tiles done (6), four-warp merge done
+(7), cluster barrier passed (8), partials landed (9), before (3) and after (10) the item's last
+barrier. decode_mma_run then prints, for the 20th call made outside graph capture when
+PA_TIMELINE is set, min/median/max over the CTAs of each mark (globaltimer since the first
+entry; clock64 since the CTA's own entry). docs/results/w7_latency_2026-11-30_h200.txt was made
+with it. The marks find their place by the kernel's own lines and fail loudly (ValueError) when
+the kernel has changed under them.
+
+  mkdir build-tl-src && git ls-files | tar -cf - -T - | tar -xf - -C build-tl-src
+  python3 scripts/decode_timeline_patch.py build-tl-src
+  # on the GPU machine (carry build-tl-src):
+  cmake -S build-tl-src -B build-tl -G Ninja -DPAGEDATTN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
+  cmake --build build-tl --target pagedattn_cli
+  PA_TIMELINE=1 build-tl/pagedattn bench --workloads W7 2>&1 | grep -E 'TIMELINE|mark|W7'
+"""
+import sys,re
+p=sys.argv[1]+'/src/cuda/decode_mma.cu'
+s=open(p).read()
+def replace_once(old, new):
+    global s
+    if s.count(old) < 1:
+        raise ValueError("anchor not found: " + old[:60])
+    s = s.replace(old, new, 1)
+def after(anchor, text, occurrence=1):
+    global s
+    idx=-1
+    for _ in range(occurrence):
+        idx=s.index(anchor, idx+1)
+    e=idx+len(anchor)
+    s=s[:e]+text+s[e:]
+hdr='''
+__device__ unsigned long long g_tl[1024][12];
+__device__ long long g_tc[1024][12];
+__device__ __forceinline__ unsigned long long tl_clock(int dep) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep) : "memory");
+  return t;
+}
+#define TLMARK(k, dep) do { if (threadIdx.x == 0) { const int cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); if (cta_ < 1024) { g_tl[cta_][k] = tl_clock(dep); long long c_; asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_) :: "memory"); g_tc[cta_][k] = c_; } } } while (0)
+'''
+replace_once("constexpr float kLog2e", hdr+"constexpr float kLog2e")
+after("__shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed\n","  TLMARK(0, 0);\n")
+after("    const int q0 = p.qsl[s * p.qsl_stride];\n","    TLMARK(1, q0);\n")
+after("    const int len = p.seq_lens[s * p.sl_stride];\n","    TLMARK(2, len);\n")
+after("      cp_async_wait<STAGES - 1>();  // the query group\n","      TLMARK(4, 0);\n")
+after("its reads of tile it-1 are done\n","        if (it == 0) TLMARK(5, 0);\n")
+after("      cp_async_wait<0>();\n","      TLMARK(6, 0);\n")
+after("    const std::int64_t part_row =\n        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;\n","    TLMARK(7, 0);\n")
+after("    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start\n","    TLMARK(8, 0);\n")
+after("      mbar_wait_cluster(rx_bar, 0);\n","      TLMARK(9, 0);\n")
+replace_once("    __syncthreads();  // the next item reuses shared memory and s_work\n","    TLMARK(3, 0);\n    __syncthreads();  // the next item reuses shared memory and s_work\n    TLMARK(10, 0);\n")
+dump='''
+  {
+    static int calls = 0;
+    cudaStreamCaptureStatus cs_ = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &cs_);
+    if (cs_ == cudaStreamCaptureStatusNone && ++calls == 20 && std::getenv("PA_TIMELINE")) {
+      cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+      static unsigned long long h[1024][12];
+      static long long hc[1024][12];
+      cudaMemcpyFromSymbol(h, g_tl, sizeof(h));
+      cudaMemcpyFromSymbol(hc, g_tc, sizeof(hc));
+      int khz = 0; cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
+      unsigned long long t0 = ~0ull; int ctas = 0;
+      for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][10] >= h[c][0]) { t0 = std::min(t0, h[c][0]); ++ctas; }
+      std::fprintf(stderr, "TIMELINE ctas=%d\\n", ctas);
+      for (int k = 0; k <= 10; ++k) {
+        std::vector<double> v, w;
+        for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][10] >= h[c][0] && h[c][k] != 0) { v.push_back(double(h[c][k] - t0)); w.push_back(double(hc[c][k] - hc[c][0]) * 1e6 / khz); }
+        std::sort(v.begin(), v.end()); std::sort(w.begin(), w.end());
+        if (!v.empty()) std::fprintf(stderr, "mark %2d: globaltimer min %6.0f med %6.0f max %6.0f | clock64 since entry min %6.0f med %6.0f max %6.0f ns (%zu)\\n", k, v.front(), v[v.size()/2], v.back(), w.front(), w[w.size()/2], w.back(), v.size());
+      }
+      std::memset(h, 0, sizeof(h)); std::memset(hc, 0, sizeof(hc));
+      cudaMemcpyToSymbol(g_tl, h, sizeof(h)); cudaMemcpyToSymbol(g_tc, hc, sizeof(hc));
+    }
+  }
+'''
+replace_once("  const bool bf16 = args.query.dtype == DType::kBFloat16;\n", dump+"  const bool bf16 = args.query.dtype == DType::kBFloat16;\n")
+replace_once("#include <mutex>\n","#include <mutex>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <vector>\n")
+open(p,'w').write(s)
+print("marks:", s.count("TLMARK(")-1)
