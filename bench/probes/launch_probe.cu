@@ -13,21 +13,16 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/probes/probe_check.h"
 #include "src/cuda/bench_support.h"
 
 namespace {
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
-  } while (0)
-
 /// Thread 0 of each CTA follows `hops` links of a random chain (each link on its own 128-byte
-/// line, each CTA starting at its own link), so every hop is one dependent round trip.
+/// line, each CTA starting at its own link), so every hop is one dependent round trip. kCluster:
+/// the CTAs form clusters (of the launch's size) and then pass two cluster barriers, as the
+/// decode kernel's cluster merge did before v11.
+template <bool kCluster>
 __global__ void chase_kernel(const int* __restrict__ next, int hops, int* out) {
   extern __shared__ int smem[];
   __shared__ int s_v;
@@ -37,24 +32,12 @@ __global__ void chase_kernel(const int* __restrict__ next, int hops, int* out) {
     s_v = i;
   }
   __syncthreads();
-  if (s_v == -12345) out[blockIdx.x] = s_v + smem[0];
-}
-
-/// The same with the CTAs in clusters of 8 that pass two cluster barriers (as the decode
-/// kernel's cluster merge does).
-__global__ void chase_cluster_kernel(const int* __restrict__ next, int hops, int* out) {
-  extern __shared__ int smem[];
-  __shared__ int s_v;
-  if (threadIdx.x == 0) {
-    int i = static_cast<int>(blockIdx.x) * 32 * 97;
-    for (int h = 0; h < hops; ++h) i = next[i];
-    s_v = i;
+  if constexpr (kCluster) {
+    for (int b = 0; b < 2; ++b)
+      asm volatile(
+          "barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+              : "memory");
   }
-  __syncthreads();
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
-                   : "memory");
   if (s_v == -12345) out[blockIdx.x] = s_v + smem[0];
 }
 
@@ -87,13 +70,14 @@ int main() {
   CK(cudaMalloc(&out, 1024 * sizeof(int)));
   CK(cudaMemcpy(next, host.data(), kLinks * sizeof(int), cudaMemcpyHostToDevice));
   const int smem_big = 97 * 1024;  // the head-128 decode kernel's dynamic shared memory
-  CK(cudaFuncSetAttribute(chase_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_big));
-  CK(cudaFuncSetAttribute(chase_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  CK(cudaFuncSetAttribute(chase_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          smem_big));
+  CK(cudaFuncSetAttribute(chase_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                           smem_big));
 
   // How many clusters of 8 and 16 CTAs (97 KB, 128 threads each) fit at once: a 1024-token
   // call cut into 16 one-tile splits per KV head would need 8 co-resident clusters of 16.
-  CK(cudaFuncSetAttribute(chase_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  CK(cudaFuncSetAttribute(chase_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (const int csize : {8, 16}) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(csize * 8);
@@ -107,7 +91,7 @@ int main() {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     int n = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, chase_cluster_kernel, &cfg);
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, chase_kernel<true>, &cfg);
     std::printf("clusters of %d CTAs (97 KB each) resident at once: %d (%s)\n", csize, n,
                 cudaGetErrorString(e));
   }
@@ -116,13 +100,14 @@ int main() {
   for (const L2Flush flush : {L2Flush::kClean, L2Flush::kNone})
     for (const int variant : {0, 1, 2})
       for (const int hops : {0, 1, 2, 3, 4, 6}) {
-        const char* name = variant == 0 ? "chase, no smem" : variant == 1 ? "chase, 97 KB smem"
-                                                                          : "chase, cluster 8, 97 KB";
+        static const char* const kNames[] = {"chase, no smem", "chase, 97 KB smem",
+                                             "chase, cluster 8, 97 KB"};
+        const char* name = kNames[variant];
         const int smem = variant == 0 ? 0 : smem_big;
         Call call = [&](void* s) -> pagedattn::Status {
           cudaStream_t st = static_cast<cudaStream_t>(s);
           if (variant < 2) {
-            chase_kernel<<<64, 128, smem, st>>>(next, hops, out);
+            chase_kernel<false><<<64, 128, smem, st>>>(next, hops, out);
           } else {
             cudaLaunchConfig_t cfg = {};
             cfg.gridDim = dim3(64);
@@ -136,7 +121,8 @@ int main() {
             attr[0].val.clusterDim.z = 1;
             cfg.attrs = attr;
             cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, chase_cluster_kernel, static_cast<const int*>(next), hops, out));
+            CK(cudaLaunchKernelEx(&cfg, chase_kernel<true>, static_cast<const int*>(next),
+                                  hops, out));
           }
           CK(cudaGetLastError());
           return pagedattn::Status::Ok();
