@@ -5,9 +5,11 @@ Inserts eleven marks into src/cuda/decode_mma.cu of the tree given as argument: 
 every CTA records %globaltimer and %clock64 at kernel entry (0), query start arrived (1), length
 arrived (2), query rows landed (4), first tile landed (5), tiles done (6), four-warp merge done
 (7), cluster barrier passed (8), partials landed (9), before (3) and after (10) the item's last
-barrier. decode_mma_run then prints, for the 20th call made outside graph capture when
-PA_TIMELINE is set, min/median/max over the CTAs of each mark (globaltimer since the first
-entry; clock64 since the CTA's own entry). docs/results/w7_latency_2026-11-30_h200.txt was made
+barrier. When PA_TIMELINE is set, decode_mma_run, at its 20th call made outside graph capture
+and before launching it, synchronises and prints min/median/max over the CTAs of each mark of
+the call before (globaltimer since the first entry; clock64 since the CTA's own entry). In
+`bench --workloads W7` that is the 9th timed call, made after the clean flush; the
+synchronisation lands in the 10th call's timing (ignore that run's W7 time). docs/results/w7_latency_2026-11-30_h200.txt was made
 with it. The marks find their place by the kernel's own lines and fail loudly (ValueError) when
 the kernel has changed under them.
 

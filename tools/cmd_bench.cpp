@@ -71,7 +71,8 @@ int run_bench(const BenchFlags& f) {
   if (f.warmup < 0) return usage("--warmup " + std::to_string(f.warmup) + ": expected >= 0");
   if (f.splits < 0) return usage("--splits " + std::to_string(f.splits) + ": expected >= 0");
   if (!(std::isfinite(f.ceiling_gb) && f.ceiling_gb > 0 && f.ceiling_gb <= 64))
-    return usage("--ceiling-gb " + std::to_string(f.ceiling_gb) + ": expected a value in (0, 64]");
+    return usage("--ceiling-gb " + fmt::format("{}", f.ceiling_gb) +
+                 ": expected a value in (0, 64]");
   auto layout = parse_layout(f.layout);
   if (!layout.ok()) return usage("--layout: " + layout.status().message());
   if (f.no_flush && !f.flush.empty() && f.flush != "none")

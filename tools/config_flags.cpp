@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
 #include "src/serving/replay.h"
@@ -99,8 +101,11 @@ Result<std::vector<int>> parse_int_list(const std::string& text, const char* fla
     char* end = nullptr;
     errno = 0;
     const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno != 0 || v > 0x7FFFFFFF || v < -0x7FFFFFFF)
+    if (item.empty() || *end != '\0')
       return invalid(std::string(flag) + " " + text + ": '" + item + "' is not an integer");
+    if (errno != 0 || v > 0x7FFFFFFF || v < -0x7FFFFFFF)
+      return invalid(std::string(flag) + " " + text + ": '" + item +
+                     "' is out of range (at most 2147483647)");
     if (v < 0) return invalid(std::string(flag) + " " + text + ": '" + item + "' is negative");
     out.push_back(static_cast<int>(v));
     if (comma == std::string::npos) break;
@@ -163,13 +168,16 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
     return invalid("--sliding-window " + std::to_string(f.sliding_window) +
                    ": expected >= 0 (0 = off)");
   if (!(std::isfinite(f.softcap) && f.softcap >= 0))
-    return invalid("--softcap " + std::to_string(f.softcap) + ": expected >= 0 (0 = off)");
+    return invalid("--softcap " + fmt::format("{}", f.softcap) +
+                   ": expected a finite value >= 0 (0 = off)");
   if (f.page_pad < 0)
     return invalid("--page-pad " + std::to_string(f.page_pad) + ": expected >= 0");
   if (!(std::isfinite(f.k_scale) && f.k_scale >= 0))
-    return invalid("--k-scale " + std::to_string(f.k_scale) + ": expected > 0 (0 = derived)");
+    return invalid("--k-scale " + fmt::format("{}", f.k_scale) +
+                   ": expected a finite value > 0 (0 = derived from the data)");
   if (!(std::isfinite(f.v_scale) && f.v_scale >= 0))
-    return invalid("--v-scale " + std::to_string(f.v_scale) + ": expected > 0 (0 = derived)");
+    return invalid("--v-scale " + fmt::format("{}", f.v_scale) +
+                   ": expected a finite value > 0 (0 = derived from the data)");
   if (f.tile_tokens < 0)
     return invalid("--tile-tokens " + std::to_string(f.tile_tokens) + ": expected >= 0");
   if (f.num_splits < 0)

@@ -1,6 +1,7 @@
 // The `pagedattn` program: run | verify | explain | bench (DESIGN.md §7).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "pagedattn/version.h"
 #include "tools/commands.h"
@@ -14,6 +15,17 @@ int main(int argc, char** argv) {
   Action verify = register_verify(app);
   Action explain = register_explain(app);
   Action bench = register_bench(app);
+  // CLI11 reports a mistyped subcommand as "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string first = argv[1];
+    if (first != "run" && first != "verify" && first != "explain" && first != "bench") {
+      std::fprintf(stderr,
+                   "pagedattn: unknown subcommand '%s' (expected run, verify, explain or bench; "
+                   "--help lists them)\n",
+                   argv[1]);
+      return kExitInvalid;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
