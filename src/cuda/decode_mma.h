@@ -127,9 +127,10 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 /// CTA slots of the decode kernel on a device: `num_units` SMs times the CTAs of head size
 /// `head_size` that `max_smem_per_block` bytes of shared memory per SM hold (1 KB reserved
 /// per CTA by the hardware; at least 1), at most decode_mma_reg_ctas(head_size, gqa). An H200
-/// holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16).
+/// holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16). `extra_smem_bytes`: shared
+/// memory each CTA takes beyond decode_mma_smem_bytes (the cluster merge's receive buffer).
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
-                              std::int64_t max_smem_per_block);
+                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes = 0);
 
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {

@@ -70,8 +70,8 @@ bool decode_mma_aligned(const AttentionArgs& args) {
 }
 
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
-                              std::int64_t max_smem_per_block) {
-  const std::int64_t smem = decode_mma_smem_bytes(head_size);
+                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes) {
+  const std::int64_t smem = decode_mma_smem_bytes(head_size) + extra_smem_bytes;
   const std::int64_t per_sm = std::clamp<std::int64_t>(
       (max_smem_per_block + 1024) / (smem + 1024), 1, decode_mma_reg_ctas(head_size, gqa));
   return std::max<std::int64_t>(1, num_units) * per_sm;
@@ -153,7 +153,10 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   c.smem_limit = clusters ? with_rx : base;
   c.cluster_merge = clusters && c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
                     ctas <= decode_mma_slots(pr.head_size, pr.gqa_ratio(), device.num_units,
-                                             device.max_shared_memory_per_block);
+                                             device.max_shared_memory_per_block,
+                                             decode_cluster_rx_bytes(pr.head_size,
+                                                                     pr.gqa_ratio(),
+                                                                     c.num_splits));
   return c;
 }
 

@@ -255,6 +255,29 @@ TEST(DecodeMmaSplits, ClusterReceiveBufferKeepsTheCtasPerSm) {
   const DecodeMmaConfig ampere = decode_mma_config(p, synthetic_h200(kH200Units, 8), 0);
   EXPECT_FALSE(ampere.cluster_merge);
   EXPECT_EQ(ampere.smem_limit, decode_mma_smem_bytes(128));
+  // A device whose shared memory holds two CTAs of head 128 but only one with the receive
+  // buffer: the one-wave test of the cluster decision counts the buffer.
+  const std::int64_t base128 = decode_mma_smem_bytes(128);
+  const std::int64_t per_sm_smem = 2 * (base128 + 1024) - 1024;
+  const DeviceInfo squeezed = testing::synthetic_cuda_device(per_sm_smem, 40, 9);
+  bool exercised = false;
+  for (int len = 64; len <= 8192; len += 64) {
+    const ProblemDesc q = decode_problem({len}, 32, 8, 128);
+    const DecodeMmaConfig cfg = decode_mma_config(q, squeezed, 0);
+    const std::int64_t ctas = std::int64_t{8} * cfg.num_splits;
+    const std::int64_t with_rx = decode_mma_slots(
+        128, 4, 40, per_sm_smem, decode_cluster_rx_bytes(128, 4, cfg.num_splits));
+    ASSERT_LT(with_rx, decode_mma_slots(128, 4, 40, per_sm_smem)) << len;
+    if (cfg.cluster_merge) {
+      EXPECT_LE(ctas, with_rx) << len;
+    }
+    if (cfg.num_splits >= 2 && cfg.num_splits <= kMaxClusterSplits && ctas > with_rx &&
+        ctas <= decode_mma_slots(128, 4, 40, per_sm_smem)) {
+      EXPECT_FALSE(cfg.cluster_merge) << len;
+      exercised = true;
+    }
+  }
+  EXPECT_TRUE(exercised) << "no length put the CTAs between the two slot counts";
   // A cc-9 device whose limit fits the kernel but not the receive buffer: no clusters.
   const DeviceInfo tight = testing::synthetic_cuda_device(decode_mma_smem_bytes(128) + 1024,
                                                           kH200Units, 9);
