@@ -17,12 +17,15 @@ int main(int argc, char** argv) {
   Action bench = register_bench(app);
   // CLI11 reports a mistyped subcommand as "A subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
-    const std::string first = argv[1];
-    if (first != "run" && first != "verify" && first != "explain" && first != "bench") {
-      std::fprintf(stderr,
-                   "pagedattn: unknown subcommand '%s' (expected run, verify, explain or bench; "
-                   "--help lists them)\n",
-                   argv[1]);
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "pagedattn: unknown subcommand '%s' (expected one of: %s)\n", argv[1],
+                   names.c_str());
       return kExitInvalid;
     }
   }
