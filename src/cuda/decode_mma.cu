@@ -877,9 +877,9 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
   // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
   // launch still runs after calls without one.
-  PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      std::max(gr.smem_limit, smem)),
-                 "decode_mma: cudaFuncSetAttribute");
+  PA_CUDA_RETURN(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gr.smem_limit),
+      "decode_mma: cudaFuncSetAttribute");
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster

@@ -26,6 +26,7 @@
 //    deterministic log-sum-exp merge kernel.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -69,9 +70,7 @@ constexpr std::int64_t decode_cluster_rx_max_bytes(int head_size) {
   std::int64_t m = 0;
   for (int gqa = 1; gqa <= 16; ++gqa)
     for (int splits = 2; splits <= kMaxClusterSplits; ++splits)
-      m = decode_cluster_rx_bytes(head_size, gqa, splits) > m
-              ? decode_cluster_rx_bytes(head_size, gqa, splits)
-              : m;
+      m = std::max(m, decode_cluster_rx_bytes(head_size, gqa, splits));
   return m;
 }
 
@@ -147,7 +146,8 @@ struct DecodeMmaConfig {
   bool cluster_merge = false;
   /// Dynamic shared memory the kernel is allowed on this device, the same for every call:
   /// decode_mma_smem_bytes plus, where clusters can run (cc >= 9), the largest cluster
-  /// receive buffer (decode_cluster_rx_max_bytes).
+  /// receive buffer (decode_cluster_rx_max_bytes). Only decode_mma_config sets it, and every
+  /// launch takes it as the kernel's limit (0, the default, would fail the launch).
   std::int64_t smem_limit = 0;
 };
 
