@@ -258,6 +258,19 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
       plan->decode = decode_mma_config(problem, *info, state->options.num_splits);
+      if (plan->decode.small_kernel) {
+        KernelChoice& c = state->choice;
+        c.num_splits = plan->decode.num_splits;
+        c.threads_per_block = kSmallMaxWarps * 32;
+        c.shared_memory_bytes = decode_small_smem_bytes(problem.head_size, problem.gqa_ratio(),
+                                                        plan->decode.num_splits);
+        c.reason += "; latency-bound (one wave): the small-call kernel, " +
+                    std::to_string(plan->decode.num_splits) + " splits of " +
+                    std::to_string(plan->decode.chunk_tokens) + " tokens, " +
+                    std::to_string(kSmallMaxWarps) +
+                    " warps per split with one tile each, K/V/Q loaded into registers, the "
+                    "splits of each (sequence, KV head) merged in a thread-block cluster";
+      }
     }
     // The tiled configuration: the fallback for unaligned pointers, or the path itself when
     // the strides do not allow 16-byte copies.

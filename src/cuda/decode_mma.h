@@ -74,6 +74,35 @@ constexpr std::int64_t decode_cluster_rx_max_bytes(int head_size) {
   return m;
 }
 
+/// Small calls (decode_small.cu): a one-wave cluster-merge call on an nhd/hnd cache whose
+/// splits are at most kSmallMaxWarps tiles of 16 tokens runs a second kernel: one CTA of
+/// kSmallMaxWarps warps per split, one 16-token tile per warp, the K/V/Q bytes loaded straight
+/// into registers, the warps merged in shared memory and the splits in the cluster. One CTA
+/// per SM (up to 255 registers per thread), so it is used only when the call's CTAs fit one
+/// per SM.
+inline constexpr int kSmallMaxWarps = 8;
+
+/// Dynamic shared memory of one small-call CTA (fp32): every warp's accumulators,
+/// [kSmallMaxWarps][head_size / 8 units of 8 dims][8 rows][columns], then what the cluster's
+/// CTAs push: [ceil(head_size / 8 / splits) units][splits][8 rows][columns] partial outputs and
+/// [splits][columns] LSEs; columns = 8 for GQA <= 8, else 16.
+constexpr std::int64_t decode_small_smem_bytes(int head_size, int gqa, int splits) {
+  const int warps = kSmallMaxWarps;
+  const std::int64_t cols = gqa <= 8 ? 8 : 16;
+  const std::int64_t units = head_size / 8;
+  const std::int64_t rx_units = (units + splits - 1) / splits;
+  return 4 * cols * (std::int64_t{warps} * units * 8 + rx_units * splits * 8 + splits);
+}
+
+/// The largest decode_small_smem_bytes over the cluster sizes (2-8): the small kernel's one
+/// shared-memory attribute.
+constexpr std::int64_t decode_small_smem_max_bytes(int head_size, int gqa) {
+  std::int64_t m = 0;
+  for (int splits = 2; splits <= kMaxClusterSplits; ++splits)
+    m = std::max(m, decode_small_smem_bytes(head_size, gqa, splits));
+  return m;
+}
+
 /// Stages of the cp.async pipeline (the same for every head size: head 64 keeps as many bytes
 /// in flight per SM through more CTAs, see decode_mma_reg_ctas).
 constexpr int decode_mma_stages(int /*head_size*/) { return 3; }
@@ -149,6 +178,9 @@ struct DecodeMmaConfig {
   /// receive buffer (decode_cluster_rx_max_bytes). Only decode_mma_config sets it, and every
   /// launch takes it as the kernel's limit (0, the default, would fail the launch).
   std::int64_t smem_limit = 0;
+  /// The call runs the small-call kernel (decode_small.cu): a cluster-merge call on an nhd/hnd
+  /// cache with splits of at most kSmallMaxWarps * 16 tokens whose CTAs fit one per SM.
+  bool small_kernel = false;
 };
 
 /// decode_mma_chunk plus the work-item bound and the merge mode, from the plan's problem and

@@ -799,6 +799,58 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     }
   }
 
+  // The small-call kernel (src/cuda/decode_small.cu): one-wave cluster calls on nhd/hnd caches
+  // whose splits are at most 128 tokens (8 warps, one tile of 16 or 8 tokens each). Cluster
+  // sizes 2-8, among them 3, 5, 6 and 7 (uneven output shares per CTA), GQA 1 (MQA per head),
+  // 3 and 12 (odd head pairs), 8 and 16 (full columns), head 64 and 128, blocks 1 to 2048 with
+  // padded pages, every feature, splits a short sequence lacks, a window whose start leaves
+  // whole splits empty, skipped sequences, and sequences longer than the plan (a replayed
+  // graph: the last split loops over many tiles). On the CPU these are ordinary decode cases.
+  {
+    struct S {
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt;
+      int feature;  // as the dmma cases: 0 none, 1 softcap + alibi + sinks, 2 window, 3 window + sinks
+      std::int64_t pad;
+      int splits;
+      std::vector<std::pair<int, int>> lens;
+      std::vector<int> planned;
+    };
+    const S ss[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0, {{1024, 1}}, {}},  // W7
+        {KVLayout::kHND, 16, 128, 16, 2, f16, 1, 0, 3, {{300, 1}, {1, 1}, {20, 0}, {130, 1}}, {}},
+        {KVLayout::kNHD, 1, 64, 8, 8, b16, 2, 0, 5, {{600, 1}, {64, 1}}, {}},
+        {KVLayout::kHND, 2048, 128, 64, 4, b16, 3, 64, 7, {{800, 1}, {5, 1}}, {}},
+        {KVLayout::kNHD, 544, 64, 40, 5, f16, 1, 8, 2, {{200, 1}, {129, 1}, {20, 0}}, {}},
+        {KVLayout::kNHD, 16, 128, 24, 2, b16, 0, 0, 4, {{512, 1}, {17, 1}}, {}},
+        {KVLayout::kHND, 32, 64, 24, 8, b16, 1, 0, 6, {{700, 1}}, {}},
+        {KVLayout::kNHD, 16, 128, 32, 8, f16, 1, 0, 8, {{500, 1}}, {}},  // 64-token splits
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 1, 0, 0, {{3000, 1}}, {1024}},
+        {KVLayout::kHND, 64, 64, 32, 2, f16, 3, 0, 0, {{2500, 1}, {90, 1}}, {700, 90}},
+        // Head 64 with 8 splits: 8 output units, one per CTA.
+        {KVLayout::kNHD, 16, 64, 16, 2, f16, 1, 0, 0, {{1024, 1}, {700, 1}}, {}},
+    };
+    int i = 0;
+    for (const S& d : ss) {
+      ++i;
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
+      set_lengths(&c, d.lens);
+      c.planned_seq_lens = d.planned;
+      if (d.feature == 1) {
+        c.softcap = 30.0f;
+        c.alibi = true;
+        c.sinks = true;
+      }
+      if (d.feature >= 2) c.sliding_window = 100;
+      if (d.feature == 3) c.sinks = true;
+      c.page_pad = d.pad;
+      c.plan.num_splits = d.splits;
+      c.tag = "dsmall" + std::to_string(i);
+      add(c);
+    }
+  }
+
   // Heavy cases for the GPU only (DESIGN.md §4: run without the sanitizer).
   if (dev.type == DeviceType::kCUDA && !quick) {
     CaseConfig c = base(dev, KVLayout::kNHD, 16, 128, 32, 8, b16, b16);

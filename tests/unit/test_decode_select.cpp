@@ -286,6 +286,55 @@ TEST(DecodeMmaSplits, ClusterReceiveBufferKeepsTheCtasPerSm) {
   EXPECT_EQ(small.smem_limit, decode_mma_smem_bytes(128));
 }
 
+// The small-call kernel (decode_small.cu) takes exactly the one-wave cluster calls whose
+// splits are one 16-token tile per warp (at most 8 warps) on nhd/hnd caches, when one CTA per
+// SM holds every CTA of the call; its shared memory always fits its one attribute and the
+// device.
+TEST(DecodeMmaSplits, SmallCallKernelTakesShortOneWaveClusterCalls) {
+  const DeviceInfo h200 = synthetic_h200();
+  const ProblemDesc w7 = decode_problem({1024}, 32, 8, 128);
+  const DecodeMmaConfig cfg = decode_mma_config(w7, h200, 0);
+  EXPECT_TRUE(cfg.cluster_merge);
+  EXPECT_EQ(cfg.chunk_tokens, 128);
+  EXPECT_TRUE(cfg.small_kernel);
+  ProblemDesc split = w7;
+  split.layout = KVLayout::kSplit;
+  EXPECT_TRUE(decode_mma_config(split, h200, 0).cluster_merge);
+  EXPECT_FALSE(decode_mma_config(split, h200, 0).small_kernel);
+  EXPECT_FALSE(decode_mma_config(w7, synthetic_h200(kH200Units, 8), 0).small_kernel);
+  // 64 CTAs: clusters still fit 40 SMs at two CTAs each, the small kernel's one does not.
+  const DecodeMmaConfig few_sms = decode_mma_config(w7, synthetic_h200(40), 0);
+  EXPECT_TRUE(few_sms.cluster_merge);
+  EXPECT_FALSE(few_sms.small_kernel);
+  // batch-2: 512-token cluster splits stay on the pipelined kernel.
+  EXPECT_FALSE(decode_mma_config(decode_problem({4096, 4096}, 32, 8, 128), h200, 0).small_kernel);
+
+  int taken = 0;
+  for (int head : {64, 128})
+    for (int kv_heads : {1, 2, 8})
+      for (int gqa : {1, 3, 8, 12, 16})
+        for (int forced : {0, 2, 3, 5, 8})
+          for (int len = 1; len <= 2200; len += 97) {
+            const ProblemDesc p = decode_problem({len, len / 3 + 1}, kv_heads * gqa, kv_heads, head);
+            const DecodeMmaConfig c = decode_mma_config(p, h200, forced);
+            SCOPED_TRACE("head " + std::to_string(head) + " kv " + std::to_string(kv_heads) +
+                         " gqa " + std::to_string(gqa) + " forced " + std::to_string(forced) +
+                         " len " + std::to_string(len));
+            EXPECT_LE(decode_small_smem_max_bytes(head, gqa), kH200Smem);
+            if (!c.small_kernel) continue;
+            ++taken;
+            EXPECT_TRUE(c.cluster_merge);
+            EXPECT_GE(c.num_splits, 2);
+            EXPECT_LE(c.num_splits, kMaxClusterSplits);
+            EXPECT_LE(c.chunk_tokens, kSmallMaxWarps * 16);
+            EXPECT_GE(static_cast<std::int64_t>(c.chunk_tokens) * c.num_splits, len);
+            EXPECT_LE(std::int64_t{2} * kv_heads * c.num_splits, kH200Units);
+            EXPECT_LE(decode_small_smem_bytes(head, gqa, c.num_splits),
+                      decode_small_smem_max_bytes(head, gqa));
+          }
+  EXPECT_GT(taken, 50);
+}
+
 TEST(DecodeSplitRange, SplitsCoverTheWindowOnceAndStayWithinTheWorkspace) {
   for (int window : {0, 1, 37, 64, 65, 100, 700})
     for (int chunk : {64, 128, 192, 640})

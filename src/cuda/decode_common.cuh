@@ -1,0 +1,183 @@
+// Pieces the two decode kernels share (decode_mma.cu: the pipelined kernel; decode_small.cu:
+// the one-tile-per-warp kernel of latency-bound calls): the kernel parameters, the split cut,
+// the output store and the thread-block-cluster primitives (sm_90, PTX ISA 8.0+).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "src/cuda/cuda_common.cuh"
+#include "src/cuda/decode_split.h"
+#include "src/cuda/fast_div.h"
+
+namespace pagedattn::cuda::decode {
+
+/// Arguments of the decode kernels, filled by decode_mma_run from validated AttentionArgs and
+/// the plan's DecodeMmaConfig: pointers, element strides (or byte strides where noted) and the
+/// split cut.
+struct DecodeParams {
+  const void* q;
+  std::int64_t q_tok, q_head;
+  void* out;
+  std::int64_t o_tok, o_head;
+  float* lse;
+  std::int64_t l_tok, l_head;
+  const void* k;
+  const void* v;
+  std::int64_t k_head, v_head;  // element strides of one KV head
+  // Byte strides the kernel multiplies in 32 x 32 -> 64 bits (decode_mma_aligned_strides
+  // guarantees that the element strides fit in 31 bits). Key (block b, token t, 16-byte chunk
+  // c) at b*k_blk + t*k_tok + c*k_chunk; value nhd/hnd: b*v_blk + t*v_tok + c*16;
+  // value split: b*v_blk + d*v_dim + 2t.
+  unsigned k_blk, k_tok, k_chunk, v_blk, v_tok, v_dim;
+  const int* block_table;
+  std::int64_t bt_seq;
+  int bt_blk;
+  int bt_width;  // entries per block-table row (the small kernel's speculative id loads)
+  const int* seq_lens;
+  std::int64_t sl_stride;
+  const int* qsl;
+  std::int64_t qsl_stride;
+  int num_heads, gqa, block_size;
+  // A tile advances every token by 64 = step_q blocks + step_r tokens.
+  int step_q, step_r;
+  FastDiv bs_div;
+  float scale, scale_log2, softcap;
+  int window;
+  const float* alibi;
+  std::int64_t alibi_stride;
+  const float* sinks;
+  std::int64_t sinks_stride;
+  int chunk, max_splits;
+  int num_seqs;
+  int work_list;  // 1: CTAs stride over a numbered list of (sequence, split) items
+  int cluster;    // 1: the splits of one (sequence, KV head) form a cluster and merge in DSMEM
+  // Cluster mode: output elements (of gqa * HEAD) that each CTA of the cluster combines
+  // (decode_cluster_share), and a divider by it.
+  int cl_share;
+  FastDiv cl_div;
+  float* part_o;
+  float* part_lse;
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// 2^x with flush-to-zero (one MUFU.EX2; 2^-inf = 0). The kernel keeps scores in log2 units
+/// (scale * log2(e) folded into one multiply), as FlashAttention-2 does.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// Split `split` of a decode sequence with `len` keys (decode_split.h).
+__device__ __forceinline__ bool split_range(const DecodeParams& p, int len, int split,
+                                            int* start, int* valid_lo, int* end, int* nsplit) {
+  return decode_split_range(len, p.window, p.chunk, p.max_splits, split, start, valid_lo, end,
+                            nsplit);
+}
+
+/// Splits of sequence `s` (0 when it is not a decode row or has no keys).
+__device__ __forceinline__ int seq_splits(const DecodeParams& p, int s) {
+  const int q0 = p.qsl[s * p.qsl_stride];
+  if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return 0;
+  return decode_num_splits(p.seq_lens[s * p.sl_stride], p.window, p.chunk, p.max_splits);
+}
+
+/// Output row of query token q0, head h: element d rounded to T, and the row's LSE (natural
+/// log) from the thread of element 0 when the caller asked for it.
+template <class T>
+__device__ __forceinline__ void store_output(const DecodeParams& p, int q0, int h, int d, float v,
+                                             float lse) {
+  T* out = static_cast<T*>(p.out) + static_cast<std::int64_t>(q0) * p.o_tok +
+           static_cast<std::int64_t>(h) * p.o_head;
+  store_rounded(out + d, v);
+  if (d == 0 && p.lse != nullptr)
+    p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] = lse;
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Cluster merge primitives (sm_90, PTX ISA 8.0+). The splits of one (sequence, KV head) push
+// their partial results into the shared memory of the CTA that combines each output element
+// (st.async, which signals the destination's mbarrier with the bytes it wrote), so a CTA waits
+// only for its own inputs to land: no cluster-wide barrier between the partials and the merge
+// and none at the end (a CTA exits once it has received everything; nobody reads its memory).
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+/// One arrival that also expects `bytes` of asynchronous writes in the current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+/// Wait for phase `parity` of the barrier; acquire at cluster scope pairs with the release of
+/// the remote writers' complete-tx.
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+/// Make this thread's mbarrier initialisation visible to the other CTAs of the cluster.
+__device__ __forceinline__ void fence_mbar_init_cluster() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+/// The address of shared-memory address `local` in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned map_rank(unsigned local, unsigned rank) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+/// Asynchronous 4-byte store into the shared memory of another CTA of the cluster, counted
+/// against that CTA's mbarrier `remote_bar` (both cluster addresses from map_rank).
+__device__ __forceinline__ void st_async_f32(unsigned remote, float v, unsigned remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(
+                   remote),
+               "f"(v), "r"(remote_bar)
+               : "memory");
+}
+/// st_async_f32 of two (8-byte aligned) and four (16-byte aligned) consecutive floats.
+__device__ __forceinline__ void st_async_v2(unsigned remote, float a, float b,
+                                            unsigned remote_bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+          remote),
+      "f"(a), "f"(b), "r"(remote_bar)
+      : "memory");
+}
+__device__ __forceinline__ void st_async_v4(unsigned remote, float a, float b, float c, float d,
+                                            unsigned remote_bar) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(remote),
+      "f"(a), "f"(b), "f"(c), "f"(d), "r"(remote_bar)
+      : "memory");
+}
+
+/// Launch the small-call kernel (decode_small.cu) for `p` (p.max_splits splits of 2-8,
+/// p.cl_div dividing by it): one cluster of p.max_splits CTAs per (sequence, KV head).
+/// head_size 64 or 128, GQA <= 16, nhd/hnd caches, 16-byte aligned tensors
+/// (decode_mma_aligned). Errors: kInternal when the launch fails.
+Status decode_small_run(const DecodeParams& p, int head, bool bf16, int num_kv_heads,
+                        int num_seqs, cudaStream_t stream);
+
+}  // namespace pagedattn::cuda::decode
