@@ -827,13 +827,15 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kHND, 32, 64, 24, 8, b16, 1, 0, 6, {{700, 1}}, {}},
         {KVLayout::kNHD, 16, 128, 32, 8, f16, 1, 0, 8, {{500, 1}}, {}},  // 64-token splits
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 1, 0, 0, {{3000, 1}}, {1024}},
-        {KVLayout::kHND, 64, 64, 32, 2, f16, 3, 0, 0, {{2500, 1}, {90, 1}}, {700, 90}},
+        {KVLayout::kHND, 544, 64, 32, 2, f16, 3, 0, 0, {{2500, 1}, {90, 1}}, {700, 90}},
         // Head 64 with 8 splits: 8 output units, one per CTA.
         {KVLayout::kNHD, 16, 64, 16, 2, f16, 1, 0, 0, {{1024, 1}, {700, 1}}, {}},
     };
     int i = 0;
     for (const S& d : ss) {
       ++i;
+      // The sanitizer subset: W7, GQA 16 with a 2048-token block, and a replay past the plan.
+      if (quick && i != 1 && i != 4 && i != 9) continue;
       CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
       set_lengths(&c, d.lens);
       c.planned_seq_lens = d.planned;
