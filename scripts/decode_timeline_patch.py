@@ -1,27 +1,35 @@
 #!/usr/bin/env python3
-"""Per-CTA timeline of the decode kernel: a diagnostic, applied to a COPY of the source tree.
+"""Per-CTA timeline of a decode kernel: a diagnostic, applied to a COPY of the source tree.
 
-Inserts eleven marks into src/cuda/decode_mma.cu of the tree given as argument: thread 0 of
-every CTA records %globaltimer and %clock64 at kernel entry (0), query start arrived (1), length
-arrived (2), query rows landed (4), first tile landed (5), tiles done (6), four-warp merge done
-(7), cluster barrier passed (8), partials landed (9), before (3) and after (10) the item's last
-barrier. When PA_TIMELINE is set, decode_mma_run, at its 20th call made outside graph capture
+  python3 scripts/decode_timeline_patch.py TREE           # the pipelined kernel (decode_mma.cu)
+  python3 scripts/decode_timeline_patch.py --small TREE   # the small-call kernel (decode_small.cu)
+
+Pipelined kernel: thread 0 of every CTA records %globaltimer and %clock64 at kernel entry (0),
+query start arrived (1), length arrived (2), query rows landed (4), first tile landed (5), tiles
+done (6), four-warp merge done (7), cluster barrier passed (8), partials landed (9), before (3)
+and after (10) the item's last barrier. Small-call kernel (%globaltimer only): entry (0),
+metadata and block ids arrived (1), first tile's scores computed (2: the keys landed), tile
+done (3), warps' states in shared memory (4), partials pushed (5), partials landed (6), outputs
+stored (8). When PA_TIMELINE is set, the launcher, at its 20th call made outside graph capture
 and before launching it, synchronises and prints min/median/max over the CTAs of each mark of
-the call before (globaltimer since the first entry; clock64 since the CTA's own entry). In
+the call before (since the first CTA's entry, and since the CTA's own entry). In
 `bench --workloads W7` that is the 9th timed call, made after the clean flush; the
-synchronisation lands in the 10th call's timing (ignore that run's W7 time). docs/results/w7_latency_2026-11-30_h200.txt was made
-with it. The marks find their place by the kernel's own lines and fail loudly (ValueError) when
-the kernel has changed under them.
+synchronisation lands in the 10th call's timing (ignore that run's W7 time).
+docs/results/w7_latency_2026-11-30_h200.txt (pipelined) and w7_small_2026-11-30_h200.txt
+(small-call) were made with it. The marks find their place by the kernels' own lines and fail
+loudly (ValueError) when a kernel has changed under them.
 
   mkdir build-tl-src && git ls-files | tar -cf - -T - | tar -xf - -C build-tl-src
-  python3 scripts/decode_timeline_patch.py build-tl-src
+  python3 scripts/decode_timeline_patch.py --small build-tl-src
   # on the GPU machine (carry build-tl-src):
   cmake -S build-tl-src -B build-tl -G Ninja -DPAGEDATTN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a
   cmake --build build-tl --target pagedattn_cli
   PA_TIMELINE=1 build-tl/pagedattn bench --workloads W7 2>&1 | grep -E 'TIMELINE|mark|W7'
 """
 import sys,re
-p=sys.argv[1]+'/src/cuda/decode_mma.cu'
+small = sys.argv[1] == "--small"
+tree = sys.argv[2] if small else sys.argv[1]
+p = tree + ('/src/cuda/decode_small.cu' if small else '/src/cuda/decode_mma.cu')
 s=open(p).read()
 def replace_once(old, new):
     global s
@@ -45,17 +53,33 @@ __device__ __forceinline__ unsigned long long tl_clock(int dep) {
 }
 #define TLMARK(k, dep) do { if (threadIdx.x == 0) { const int cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); if (cta_ < 1024) { g_tl[cta_][k] = tl_clock(dep); long long c_; asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_) :: "memory"); g_tc[cta_][k] = c_; } } } while (0)
 '''
-replace_once("constexpr float kLog2e", hdr+"constexpr float kLog2e")
-after("__shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed\n","  TLMARK(0, 0);\n")
-after("    const int q0 = p.qsl[s * p.qsl_stride];\n","    TLMARK(1, q0);\n")
-after("    const int len = p.seq_lens[s * p.sl_stride];\n","    TLMARK(2, len);\n")
-after("      cp_async_wait<STAGES - 1>();  // the query group\n","      TLMARK(4, 0);\n")
-after("its reads of tile it-1 are done\n","        if (it == 0) TLMARK(5, 0);\n")
-after("      cp_async_wait<0>();\n","      TLMARK(6, 0);\n")
-after("    const std::int64_t part_row =\n        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;\n","    TLMARK(7, 0);\n")
-after("    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start\n","    TLMARK(8, 0);\n")
-after("      mbar_wait_cluster(rx_bar, 0);\n","      TLMARK(9, 0);\n")
-replace_once("    __syncthreads();  // the next item reuses shared memory and s_work\n","    TLMARK(3, 0);\n    __syncthreads();  // the next item reuses shared memory and s_work\n    TLMARK(10, 0);\n")
+if small:
+    last = 8
+    replace_once("__device__ __forceinline__ uint4 ldg16", hdr + "__device__ __forceinline__ uint4 ldg16")
+    replace_once("  const int tid = threadIdx.x, warp = tid >> 5,", "  TLMARK(0, 0);\n  const int tid = threadIdx.x, warp = tid >> 5,")
+    replace_once("  int start = 0, valid_lo = 0, end = 0, nsplit = 0;\n", "  TLMARK(1, len + q1 + id_spec[0]);\n  int start = 0, valid_lo = 0, end = 0, nsplit = 0;\n")
+    replace_once("    // Element e: token t0 + g + 8(e / 2)", "    TLMARK(2, __float_as_int(sc[0][0] + sc2[0][0]));\n    // Element e: token t0 + g + 8(e / 2)")
+    replace_once("  float* s_o = smem_f;  // [warp][unit][row][NH]\n", "  TLMARK(3, __float_as_int(o[0][0][0]));\n  float* s_o = smem_f;  // [warp][unit][row][NH]\n")
+    replace_once("  // ... then each warp computes every", "  TLMARK(4, 0);\n  // ... then each warp computes every")
+    replace_once("  mbar_wait_cluster(bar, 0);\n", "  TLMARK(5, 0);\n  mbar_wait_cluster(bar, 0);\n  TLMARK(6, 0);\n")
+    replace_once("  }\n}\n\ntemplate <class T, int HEAD, int NT>\nStatus launch_small", "  }\n  TLMARK(8, 0);\n}\n\ntemplate <class T, int HEAD, int NT>\nStatus launch_small")
+    dump_anchor = "                        int num_seqs, cudaStream_t stream) {\n"
+    include_anchor = "#include <cstdint>\n"
+else:
+    last = 10
+    replace_once("/// A token's place in the paged cache", hdr + "/// A token's place in the paged cache")
+    after("__shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed\n","  TLMARK(0, 0);\n")
+    after("    const int q0 = p.qsl[s * p.qsl_stride];\n","    TLMARK(1, q0);\n")
+    after("    const int len = p.seq_lens[s * p.sl_stride];\n","    TLMARK(2, len);\n")
+    after("      cp_async_wait<STAGES - 1>();  // the query group\n","      TLMARK(4, 0);\n")
+    after("its reads of tile it-1 are done\n","        if (it == 0) TLMARK(5, 0);\n")
+    after("      cp_async_wait<0>();\n","      TLMARK(6, 0);\n")
+    after("    const std::int64_t part_row =\n        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;\n","    TLMARK(7, 0);\n")
+    after("    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start\n","    TLMARK(8, 0);\n")
+    after("      mbar_wait_cluster(rx_bar, 0);\n","      TLMARK(9, 0);\n")
+    replace_once("    __syncthreads();  // the next item reuses shared memory and s_work\n","    TLMARK(3, 0);\n    __syncthreads();  // the next item reuses shared memory and s_work\n    TLMARK(10, 0);\n")
+    dump_anchor = "  const bool bf16 = args.query.dtype == DType::kBFloat16;\n"
+    include_anchor = "#include <mutex>\n"
 dump='''
   {
     static int calls = 0;
@@ -69,11 +93,11 @@ dump='''
       cudaMemcpyFromSymbol(hc, g_tc, sizeof(hc));
       int khz = 0; cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0);
       unsigned long long t0 = ~0ull; int ctas = 0;
-      for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][10] >= h[c][0]) { t0 = std::min(t0, h[c][0]); ++ctas; }
+      for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][LAST] >= h[c][0]) { t0 = std::min(t0, h[c][0]); ++ctas; }
       std::fprintf(stderr, "TIMELINE ctas=%d\\n", ctas);
-      for (int k = 0; k <= 10; ++k) {
+      for (int k = 0; k <= LAST; ++k) {
         std::vector<double> v, w;
-        for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][10] >= h[c][0] && h[c][k] != 0) { v.push_back(double(h[c][k] - t0)); w.push_back(double(hc[c][k] - hc[c][0]) * 1e6 / khz); }
+        for (int c = 0; c < 1024; ++c) if (h[c][0] != 0 && h[c][LAST] >= h[c][0] && h[c][k] != 0) { v.push_back(double(h[c][k] - t0)); w.push_back(double(hc[c][k] - hc[c][0]) * 1e6 / khz); }
         std::sort(v.begin(), v.end()); std::sort(w.begin(), w.end());
         if (!v.empty()) std::fprintf(stderr, "mark %2d: globaltimer min %6.0f med %6.0f max %6.0f | clock64 since entry min %6.0f med %6.0f max %6.0f ns (%zu)\\n", k, v.front(), v[v.size()/2], v.back(), w.front(), w[w.size()/2], w.back(), v.size());
       }
@@ -82,7 +106,11 @@ dump='''
     }
   }
 '''
-replace_once("  const bool bf16 = args.query.dtype == DType::kBFloat16;\n", dump+"  const bool bf16 = args.query.dtype == DType::kBFloat16;\n")
-replace_once("#include <mutex>\n","#include <mutex>\n#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <vector>\n")
+dump = dump.replace("LAST", str(last))
+if small:
+    replace_once(dump_anchor, dump_anchor + dump)
+else:
+    replace_once(dump_anchor, dump + dump_anchor)
+replace_once(include_anchor, include_anchor + "#include <cstdio>\n#include <cstdlib>\n#include <cstring>\n#include <vector>\n")
 open(p,'w').write(s)
 print("marks:", s.count("TLMARK(")-1)
