@@ -363,6 +363,20 @@ void apply_feature(CaseConfig* c, int feature) {
   }
 }
 
+/// The feature sets of the decode fast-path cases: 0 none, 1 softcap + ALiBi + sinks,
+/// 2 window 100, 3 window 100 + sinks; with padded pages and forced splits (0 = planned).
+void set_decode_features(CaseConfig* c, int feature, std::int64_t pad, int splits) {
+  if (feature == 1) {
+    c->softcap = 30.0f;
+    c->alibi = true;
+    c->sinks = true;
+  }
+  if (feature >= 2) c->sliding_window = 100;
+  if (feature == 3) c->sinks = true;
+  c->page_pad = pad;
+  c->plan.num_splits = splits;
+}
+
 CaseConfig base(Device device, KVLayout layout, int bs, int head_size, int heads, int kv_heads,
                 DType dtype, DType kv) {
   CaseConfig c;
@@ -747,7 +761,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       KVLayout layout;
       int block, head, heads, kv_heads;
       DType dt;
-      int feature;  // 0 none, 1 softcap + alibi + sinks, 2 window, 3 window + sinks
+      int feature;  // set_decode_features
       std::int64_t pad;
       int splits;
     };
@@ -772,15 +786,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       if (quick && i % 2 == 0) continue;
       CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
       set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
-      if (d.feature == 1) {
-        c.softcap = 30.0f;
-        c.alibi = true;
-        c.sinks = true;
-      }
-      if (d.feature >= 2) c.sliding_window = 100;
-      if (d.feature == 3) c.sinks = true;
-      c.page_pad = d.pad;
-      c.plan.num_splits = d.splits;
+      set_decode_features(&c, d.feature, d.pad, d.splits);
       c.tag = "dmma" + std::to_string(i);
       add(c);
     }
@@ -811,7 +817,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       KVLayout layout;
       int block, head, heads, kv_heads;
       DType dt;
-      int feature;  // as the dmma cases: 0 none, 1 softcap + alibi + sinks, 2 window, 3 window + sinks
+      int feature;  // set_decode_features
       std::int64_t pad;
       int splits;
       std::vector<std::pair<int, int>> lens;
@@ -839,15 +845,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
       set_lengths(&c, d.lens);
       c.planned_seq_lens = d.planned;
-      if (d.feature == 1) {
-        c.softcap = 30.0f;
-        c.alibi = true;
-        c.sinks = true;
-      }
-      if (d.feature >= 2) c.sliding_window = 100;
-      if (d.feature == 3) c.sinks = true;
-      c.page_pad = d.pad;
-      c.plan.num_splits = d.splits;
+      set_decode_features(&c, d.feature, d.pad, d.splits);
       c.tag = "dsmall" + std::to_string(i);
       add(c);
     }
