@@ -363,6 +363,18 @@ void apply_feature(CaseConfig* c, int feature) {
   }
 }
 
+/// One decode fast-path case (the dmma and dsmall cases of add_named_cases).
+struct DecodeCase {
+  KVLayout layout;
+  int block, head, heads, kv_heads;
+  DType dt;
+  int feature;  // set_decode_features
+  std::int64_t pad;
+  int splits;
+  std::vector<std::pair<int, int>> lens = {};  // (seq_len, query_len); empty: the dmma lengths
+  std::vector<int> planned = {};               // CaseConfig::planned_seq_lens
+};
+
 /// The feature sets of the decode fast-path cases: 0 none, 1 softcap + ALiBi + sinks,
 /// 2 window 100, 3 window 100 + sinks; with padded pages and forced splits (0 = planned).
 void set_decode_features(CaseConfig* c, int feature, std::int64_t pad, int splits) {
@@ -757,15 +769,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
   // the fast path; odd: the tiled fallback), and every feature. On the CPU these are ordinary
   // decode cases.
   {
-    struct D {
-      KVLayout layout;
-      int block, head, heads, kv_heads;
-      DType dt;
-      int feature;  // set_decode_features
-      std::int64_t pad;
-      int splits;
-    };
-    const D ds[] = {
+    const DecodeCase ds[] = {
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0},
         {KVLayout::kHND, 16, 128, 32, 8, f16, 1, 0, 0},
         {KVLayout::kSplit, 16, 128, 32, 8, b16, 2, 0, 0},
@@ -781,7 +785,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kSplit, 16, 64, 16, 1, f16, 2, 0, 4},
     };
     int i = 0;
-    for (const D& d : ds) {
+    for (const DecodeCase& d : ds) {
       ++i;
       if (quick && i % 2 == 0) continue;
       CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
@@ -813,17 +817,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
   // whole splits empty, skipped sequences, and sequences longer than the plan (a replayed
   // graph: the last split loops over many tiles). On the CPU these are ordinary decode cases.
   {
-    struct S {
-      KVLayout layout;
-      int block, head, heads, kv_heads;
-      DType dt;
-      int feature;  // set_decode_features
-      std::int64_t pad;
-      int splits;
-      std::vector<std::pair<int, int>> lens;
-      std::vector<int> planned;
-    };
-    const S ss[] = {
+    const DecodeCase ss[] = {
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0, {{1024, 1}}, {}},  // W7
         {KVLayout::kHND, 16, 128, 16, 2, f16, 1, 0, 3, {{300, 1}, {1, 1}, {20, 0}, {130, 1}}, {}},
         {KVLayout::kNHD, 1, 64, 8, 8, b16, 2, 0, 5, {{600, 1}, {64, 1}}, {}},
@@ -838,7 +832,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 64, 16, 2, f16, 1, 0, 0, {{1024, 1}, {700, 1}}, {}},
     };
     int i = 0;
-    for (const S& d : ss) {
+    for (const DecodeCase& d : ss) {
       ++i;
       // The sanitizer subset: W7, GQA 16 with a 2048-token block, and a replay past the plan.
       if (quick && i != 1 && i != 4 && i != 9) continue;
