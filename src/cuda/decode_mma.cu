@@ -45,7 +45,7 @@ struct TokenCursor {
 };
 
 /// Work-list mode handles up to 32 lanes x kListPerLane sequences.
-constexpr int kListPerLane = 8;
+constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 
 // Orientation: the MMAs compute S^T = K Q^T and O^T += V^T P^T, so the 16 MMA rows are 16
 // tokens and the 8 MMA columns are query heads of the GQA group (NT = 1 for groups of up to 8,
@@ -838,7 +838,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
   // of them), and each costs a scheduling slot.
-  if (num_splits >= 8 && num_seqs > 1 && num_seqs <= 32 * kListPerLane) {
+  if (decode_mma_work_list(num_splits, num_seqs)) {
     // One CTA per item (the split choice keeps them to about two waves plus one per
     // sequence), so that the hardware scheduler balances them in longest-first order; a CTA
     // that finds no item exits after the scan. gridDim.y is at most 65535: CTAs stride.

@@ -42,6 +42,18 @@ inline constexpr int kDecodeTileTokens = 64;
 inline constexpr int kDecodeThreads = 128;
 /// Most splits of one sequence (the merge kernel keeps one weight per split in shared memory).
 inline constexpr int kMaxDecodeSplits = 512;
+/// Most sequences of a work-list call (the kernel's scan: 32 lanes x 8 sequences).
+inline constexpr int kWorkListMaxSeqs = 256;
+
+/// Whether decode_mma_run numbers the (sequence, split) items of the call and lets the CTAs
+/// take them in order (work-list mode: many splits and few enough sequences; a grid of splits x
+/// sequences would launch a CTA for every split a short sequence lacks). `num_seqs` counts
+/// every sequence of the call, skipped and prefill rows included. The launcher and the plan's
+/// merge-mode flags (cluster_merge, small_kernel: false for work-list calls) use this one rule.
+constexpr bool decode_mma_work_list(int num_splits, int num_seqs) {
+  return num_splits >= 8 && num_seqs > 1 && num_seqs <= kWorkListMaxSeqs;
+}
+
 /// Largest thread-block cluster the merge-in-cluster mode uses (the portable cluster size).
 inline constexpr int kMaxClusterSplits = 8;
 /// LSE slots per split in a cluster CTA's receive buffer (the largest GQA group).
@@ -92,6 +104,15 @@ constexpr std::int64_t decode_small_smem_bytes(int head_size, int gqa, int split
   const std::int64_t units = head_size / 8;
   const std::int64_t rx_units = (units + splits - 1) / splits;
   return 4 * cols * (std::int64_t{warps} * units * 8 + rx_units * splits * 8 + splits);
+}
+
+/// Static shared memory of the small-call kernel (its per-warp maxima, sums and weights, the
+/// sinks and the mbarrier; decode_small.cu), which the device's per-block limit must hold
+/// together with the dynamic part.
+constexpr std::int64_t decode_small_static_smem_bytes(int gqa) {
+  const std::int64_t cols = gqa <= 8 ? 8 : 16;
+  const std::int64_t w = kSmallMaxWarps;
+  return 4 * cols * (2 * w + 1 + w * (w + 1)) + 8;
 }
 
 /// The largest decode_small_smem_bytes over the cluster sizes (2-8): the small kernel's one
@@ -171,7 +192,8 @@ struct DecodeMmaConfig {
   /// The splits of each (sequence, KV head) merge inside one thread-block cluster (2-8 splits,
   /// all CTAs in one wave: a latency-bound call, where the merge kernel's launch and memory
   /// round trips are most of the time). Batches of several waves keep the merge kernel:
-  /// measured on the H200, clusters there cost 3-4% (co-scheduling constraints).
+  /// measured on the H200, clusters there cost 3-4% (co-scheduling constraints). Never for a
+  /// work-list call (decode_mma_work_list), which merges through the merge kernel.
   bool cluster_merge = false;
   /// Dynamic shared memory the kernel is allowed on this device, the same for every call:
   /// decode_mma_smem_bytes plus, where clusters can run (cc >= 9), the largest cluster

@@ -151,7 +151,9 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
   const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
   c.smem_limit = clusters ? with_rx : base;
+  // A work-list call merges through the merge kernel whatever its wave count.
   c.cluster_merge = clusters && c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
+                    !decode_mma_work_list(c.num_splits, pr.batch.num_seqs) &&
                     ctas <= decode_mma_slots(pr.head_size, pr.gqa_ratio(), device.num_units,
                                              device.max_shared_memory_per_block,
                                              decode_cluster_rx_bytes(pr.head_size,
@@ -159,7 +161,8 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
                                                                      c.num_splits));
   const bool small = c.cluster_merge && pr.layout != KVLayout::kSplit &&
                      c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
-                     decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) <=
+                     decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
+                             decode_small_static_smem_bytes(pr.gqa_ratio()) <=
                          device.max_shared_memory_per_block;
   c.small_kernel = small;
   return c;

@@ -81,8 +81,9 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
       {"W7", uniform(1, 1024), 128, 8, true},
       // Small batches cut for one wave while the splits stay <= 512 tokens.
       {"batch-1", uniform(1, 4096), 128, 32, false},
-      {"batch-2", uniform(2, 4096), 128, 8, true},
-      {"batch-4", uniform(4, 4096), 128, 8, true},
+      // 8 splits of two or more sequences: the work list and the merge kernel.
+      {"batch-2", uniform(2, 4096), 128, 8, false},
+      {"batch-4", uniform(4, 4096), 128, 8, false},
       // Here the one-wave cut would give 1024-token splits (measured slower): two waves.
       {"batch-8", uniform(8, 4096), 128, 8, false},
       // One wave again once the one-wave splits are >= 2048 tokens and balanced.
@@ -194,6 +195,7 @@ TEST(DecodeMmaSplits, RandomBatchesKeepTheKernelInvariants) {
     EXPECT_GE(cfg.max_items, items);
     EXPECT_LE(cfg.max_items, std::int64_t{n} * cfg.num_splits);
     if (cfg.cluster_merge) {
+      EXPECT_FALSE(decode_mma_work_list(cfg.num_splits, n));  // the launcher's first test
       EXPECT_GE(cfg.num_splits, 2);
       EXPECT_LE(cfg.num_splits, kMaxClusterSplits);
       EXPECT_LE(std::int64_t{n} * hk[1] * cfg.num_splits,
@@ -306,6 +308,13 @@ TEST(DecodeMmaSplits, SmallCallKernelTakesShortOneWaveClusterCalls) {
   const DecodeMmaConfig few_sms = decode_mma_config(w7, synthetic_h200(40), 0);
   EXPECT_TRUE(few_sms.cluster_merge);
   EXPECT_FALSE(few_sms.small_kernel);
+  // Two sequences in 8 splits: a work-list call (decode_mma_run tests that first), so neither
+  // the cluster merge nor the small kernel, whatever the waves.
+  const DecodeMmaConfig two = decode_mma_config(decode_problem({1024, 1024}, 32, 8, 128), h200, 0);
+  EXPECT_EQ(two.num_splits, 8);
+  EXPECT_TRUE(decode_mma_work_list(two.num_splits, 2));
+  EXPECT_FALSE(two.cluster_merge);
+  EXPECT_FALSE(two.small_kernel);
   // batch-2: 512-token cluster splits stay on the pipelined kernel.
   EXPECT_FALSE(decode_mma_config(decode_problem({4096, 4096}, 32, 8, 128), h200, 0).small_kernel);
 
@@ -320,10 +329,12 @@ TEST(DecodeMmaSplits, SmallCallKernelTakesShortOneWaveClusterCalls) {
             SCOPED_TRACE("head " + std::to_string(head) + " kv " + std::to_string(kv_heads) +
                          " gqa " + std::to_string(gqa) + " forced " + std::to_string(forced) +
                          " len " + std::to_string(len));
-            EXPECT_LE(decode_small_smem_max_bytes(head, gqa), kH200Smem);
+            EXPECT_LE(decode_small_smem_max_bytes(head, gqa) + decode_small_static_smem_bytes(gqa),
+                      kH200Smem);
             if (!c.small_kernel) continue;
             ++taken;
             EXPECT_TRUE(c.cluster_merge);
+            EXPECT_FALSE(decode_mma_work_list(c.num_splits, 2));
             EXPECT_GE(c.num_splits, 2);
             EXPECT_LE(c.num_splits, kMaxClusterSplits);
             EXPECT_LE(c.chunk_tokens, kSmallMaxWarps * 16);
