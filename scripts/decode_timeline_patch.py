@@ -36,13 +36,6 @@ def replace_once(old, new):
     if s.count(old) < 1:
         raise ValueError("anchor not found: " + old[:60])
     s = s.replace(old, new, 1)
-def after(anchor, text, occurrence=1):
-    global s
-    idx=-1
-    for _ in range(occurrence):
-        idx=s.index(anchor, idx+1)
-    e=idx+len(anchor)
-    s=s[:e]+text+s[e:]
 hdr='''
 __device__ unsigned long long g_tl[1024][12];
 __device__ long long g_tc[1024][12];
@@ -53,31 +46,38 @@ __device__ __forceinline__ unsigned long long tl_clock(int dep) {
 }
 #define TLMARK(k, dep) do { if (threadIdx.x == 0) { const int cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); if (cta_ < 1024) { g_tl[cta_][k] = tl_clock(dep); long long c_; asm volatile("mov.u64 %0, %%clock64;" : "=l"(c_) :: "memory"); g_tc[cta_][k] = c_; } } } while (0)
 '''
+# Each mark: (anchor, text put before it, text put after it); every anchor's first occurrence.
+SMALL_MARKS = [
+    ("__device__ __forceinline__ uint4 ldg16", hdr, ""),
+    ("  const int tid = threadIdx.x, warp = tid >> 5,", "  TLMARK(0, 0);\n", ""),
+    ("  int start = 0, valid_lo = 0, end = 0, nsplit = 0;\n", "  TLMARK(1, len + q1 + id_spec[0]);\n", ""),
+    ("    // Element e: token t0 + g + 8(e / 2)", "    TLMARK(2, __float_as_int(sc[0][0] + sc2[0][0]));\n", ""),
+    ("  float* s_o = smem_f;  // [warp][unit][row][NH]\n", "  TLMARK(3, __float_as_int(o[0][0][0]));\n", ""),
+    ("  // ... then each warp computes every", "  TLMARK(4, 0);\n", ""),
+    ("  mbar_wait_cluster(bar, 0);\n", "  TLMARK(5, 0);\n", "  TLMARK(6, 0);\n"),
+    ("}\n\ntemplate <class T, int HEAD, int NT>\nStatus launch_small", "  TLMARK(8, 0);\n", ""),
+]
+PIPELINED_MARKS = [
+    ("/// A token's place in the paged cache", hdr, ""),
+    ("__shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed\n", "", "  TLMARK(0, 0);\n"),
+    ("    const int q0 = p.qsl[s * p.qsl_stride];\n", "", "    TLMARK(1, q0);\n"),
+    ("    const int len = p.seq_lens[s * p.sl_stride];\n", "", "    TLMARK(2, len);\n"),
+    ("      cp_async_wait<STAGES - 1>();  // the query group\n", "", "      TLMARK(4, 0);\n"),
+    ("its reads of tile it-1 are done\n", "", "        if (it == 0) TLMARK(5, 0);\n"),
+    ("      cp_async_wait<0>();\n", "", "      TLMARK(6, 0);\n"),
+    ("    const std::int64_t part_row =\n        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;\n", "", "    TLMARK(7, 0);\n"),
+    ("    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start\n", "", "    TLMARK(8, 0);\n"),
+    ("      mbar_wait_cluster(rx_bar, 0);\n", "", "      TLMARK(9, 0);\n"),
+    ("    __syncthreads();  // the next item reuses shared memory and s_work\n", "    TLMARK(3, 0);\n", "    TLMARK(10, 0);\n"),
+]
+for anchor, before, after_text in (SMALL_MARKS if small else PIPELINED_MARKS):
+    replace_once(anchor, before + anchor + after_text)
 if small:
     last = 8
-    replace_once("__device__ __forceinline__ uint4 ldg16", hdr + "__device__ __forceinline__ uint4 ldg16")
-    replace_once("  const int tid = threadIdx.x, warp = tid >> 5,", "  TLMARK(0, 0);\n  const int tid = threadIdx.x, warp = tid >> 5,")
-    replace_once("  int start = 0, valid_lo = 0, end = 0, nsplit = 0;\n", "  TLMARK(1, len + q1 + id_spec[0]);\n  int start = 0, valid_lo = 0, end = 0, nsplit = 0;\n")
-    replace_once("    // Element e: token t0 + g + 8(e / 2)", "    TLMARK(2, __float_as_int(sc[0][0] + sc2[0][0]));\n    // Element e: token t0 + g + 8(e / 2)")
-    replace_once("  float* s_o = smem_f;  // [warp][unit][row][NH]\n", "  TLMARK(3, __float_as_int(o[0][0][0]));\n  float* s_o = smem_f;  // [warp][unit][row][NH]\n")
-    replace_once("  // ... then each warp computes every", "  TLMARK(4, 0);\n  // ... then each warp computes every")
-    replace_once("  mbar_wait_cluster(bar, 0);\n", "  TLMARK(5, 0);\n  mbar_wait_cluster(bar, 0);\n  TLMARK(6, 0);\n")
-    replace_once("  }\n}\n\ntemplate <class T, int HEAD, int NT>\nStatus launch_small", "  }\n  TLMARK(8, 0);\n}\n\ntemplate <class T, int HEAD, int NT>\nStatus launch_small")
     dump_anchor = "                        int num_seqs, cudaStream_t stream) {\n"
     include_anchor = "#include <cstdint>\n"
 else:
     last = 10
-    replace_once("/// A token's place in the paged cache", hdr + "/// A token's place in the paged cache")
-    after("__shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed\n","  TLMARK(0, 0);\n")
-    after("    const int q0 = p.qsl[s * p.qsl_stride];\n","    TLMARK(1, q0);\n")
-    after("    const int len = p.seq_lens[s * p.sl_stride];\n","    TLMARK(2, len);\n")
-    after("      cp_async_wait<STAGES - 1>();  // the query group\n","      TLMARK(4, 0);\n")
-    after("its reads of tile it-1 are done\n","        if (it == 0) TLMARK(5, 0);\n")
-    after("      cp_async_wait<0>();\n","      TLMARK(6, 0);\n")
-    after("    const std::int64_t part_row =\n        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;\n","    TLMARK(7, 0);\n")
-    after("    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start\n","    TLMARK(8, 0);\n")
-    after("      mbar_wait_cluster(rx_bar, 0);\n","      TLMARK(9, 0);\n")
-    replace_once("    __syncthreads();  // the next item reuses shared memory and s_work\n","    TLMARK(3, 0);\n    __syncthreads();  // the next item reuses shared memory and s_work\n    TLMARK(10, 0);\n")
     dump_anchor = "  const bool bf16 = args.query.dtype == DType::kBFloat16;\n"
     include_anchor = "#include <mutex>\n"
 dump='''
