@@ -59,7 +59,15 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
 Result<Device> resolve_device(const std::string& name) {
   if (name == "cpu") return Device::cpu();
   if (name == "auto") {
-    if (built_with_cuda() && query_device(Device::cuda(0)).ok()) return Device::cuda(0);
+    // The choice is reported on stderr (stdout may be --json), so that a machine without a
+    // usable GPU does not pass a CPU run off as the GPU's.
+    if (!built_with_cuda()) {
+      fmt::print(stderr, "pagedattn: --device auto: this build has no CUDA backend; using the CPU\n");
+      return Device::cpu();
+    }
+    auto info = query_device(Device::cuda(0));
+    if (info.ok()) return Device::cuda(0);
+    fmt::print(stderr, "pagedattn: --device auto: {}; using the CPU\n", info.status().message());
     return Device::cpu();
   }
   if (name.rfind("cuda", 0) == 0) {

@@ -43,7 +43,7 @@ struct ConfigFlags {
 void add_config_flags(CLI::App* app, ConfigFlags* flags);
 
 /// `--device`: "cpu", "cuda" / "cuda:N", or "auto" (CUDA when query_device(cuda:0) succeeds,
-/// else the CPU). Errors: kInvalidArgument for other spellings, kDeviceUnavailable when CUDA is
+/// else the CPU, with a line on stderr saying why). Errors: kInvalidArgument for other spellings, kDeviceUnavailable when CUDA is
 /// asked for and this build or machine has none.
 Result<Device> resolve_device(const std::string& name);
 
