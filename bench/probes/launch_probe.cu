@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/probes/probe_check.h"
+#include "bench/runner.h"
 #include "src/cuda/bench_support.h"
 
 namespace {
@@ -39,11 +40,6 @@ __global__ void chase_kernel(const int* __restrict__ next, int hops, int* out) {
               : "memory");
   }
   if (s_v == -12345) out[blockIdx.x] = s_v + smem[0];
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -134,7 +130,7 @@ int main() {
             std::printf("error: %s\n", t.status().message().c_str());
             return 1;
           }
-          r[graph] = median(*t);
+          r[graph] = pagedattn::bench::median_of(*t);
         }
         std::printf("%-28s %-6s %5d %10.2f %10.2f\n", name, to_string(flush), hops, r[0], r[1]);
       }
