@@ -8,7 +8,6 @@
 //   cmake --build build-gpu --target pagedattn_launch_probe && build-gpu/pagedattn_launch_probe
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
