@@ -184,7 +184,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
-               std::to_string(decode_mma_stages(problem.head_size)) +
+               std::to_string(kDecodeStages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
                " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +

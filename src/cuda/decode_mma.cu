@@ -733,7 +733,7 @@ struct DecodeGrid {
 
 template <class T, int HEAD, bool SPLIT, int NT>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int STAGES = decode_mma_stages(HEAD);
+  constexpr int STAGES = kDecodeStages;
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES>;
   const int smem = static_cast<int>(
       decode_mma_smem_bytes(HEAD) +

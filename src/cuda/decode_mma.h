@@ -126,7 +126,7 @@ constexpr std::int64_t decode_small_smem_max_bytes(int head_size, int gqa) {
 
 /// Stages of the cp.async pipeline (the same for every head size: head 64 keeps as many bytes
 /// in flight per SM through more CTAs, see decode_mma_reg_ctas).
-constexpr int decode_mma_stages(int /*head_size*/) { return 3; }
+inline constexpr int kDecodeStages = 3;
 
 /// CTAs per SM that the decode kernel's registers allow, its __launch_bounds__ minimum:
 /// 65536 registers over 128 threads give 128 registers per thread for 4 CTAs, 170 for 3 and
@@ -142,7 +142,7 @@ constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
 /// swizzled token rows) plus 16 query rows and 256 bytes to align the tiles.
 inline std::int64_t decode_mma_smem_bytes(int head_size) {
   const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * 2;  // 16-bit elements
-  return decode_mma_stages(head_size) * 2 * tile + 16 * head_size * 2 + 256;
+  return kDecodeStages * 2 * tile + 16 * head_size * 2 + 256;
 }
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
