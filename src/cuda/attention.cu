@@ -260,7 +260,6 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
       plan->decode = decode_mma_config(problem, *info, state->options.num_splits);
       if (plan->decode.small_kernel) {
         KernelChoice& c = state->choice;
-        c.num_splits = plan->decode.num_splits;
         c.threads_per_block = kSmallMaxWarps * 32;
         c.shared_memory_bytes = decode_small_smem_bytes(problem.head_size, problem.gqa_ratio(),
                                                         plan->decode.num_splits);

@@ -87,9 +87,10 @@ constexpr std::int64_t decode_cluster_rx_max_bytes(int head_size) {
 }
 
 /// Small calls (decode_small.cu): a one-wave cluster-merge call on an nhd/hnd cache whose
-/// splits are at most kSmallMaxWarps tiles of 16 tokens runs a second kernel: one CTA of
-/// kSmallMaxWarps warps per split, one 16-token tile per warp, the K/V/Q bytes loaded straight
-/// into registers, the warps merged in shared memory and the splits in the cluster. One CTA
+/// splits are at most kSmallMaxWarps * 16 tokens runs a second kernel: one CTA of
+/// kSmallMaxWarps warps per split, one tile of chunk / kSmallMaxWarps tokens (16 or 8) per
+/// warp, the K/V/Q bytes loaded straight into registers, the warps merged in shared memory and
+/// the splits in the cluster. One CTA
 /// per SM (up to 255 registers per thread), so it is used only when the call's CTAs fit one
 /// per SM.
 inline constexpr int kSmallMaxWarps = 8;

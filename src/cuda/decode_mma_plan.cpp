@@ -159,12 +159,11 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
                                              decode_cluster_rx_bytes(pr.head_size,
                                                                      pr.gqa_ratio(),
                                                                      c.num_splits));
-  const bool small = c.cluster_merge && pr.layout != KVLayout::kSplit &&
-                     c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
-                     decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
-                             decode_small_static_smem_bytes(pr.gqa_ratio()) <=
-                         device.max_shared_memory_per_block;
-  c.small_kernel = small;
+  c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit &&
+                   c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
+                   decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
+                           decode_small_static_smem_bytes(pr.gqa_ratio()) <=
+                       device.max_shared_memory_per_block;
   return c;
 }
 

@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
   __shared__ float s_sink[NH];                              // log2 units (-inf: none)
   // Per warp: the weights of every (warp, head) and the heads' LSEs (see the merge).
   __shared__ __align__(16) float s_wts[kSmallMaxWarps][kSmallMaxWarps * NH + NH];
+  static_assert(sizeof(s_bar) + sizeof(s_m) + sizeof(s_l) + sizeof(s_sink) + sizeof(s_wts) ==
+                    decode_small_static_smem_bytes(NH),
+                "decode_small_static_smem_bytes (the plan's fit test) must match these arrays");
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   constexpr int NW = kSmallMaxWarps;
