@@ -175,15 +175,19 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     c.kernel = KernelId::kCudaDecodeMMA;
     c.access = problem.access;
     c.tile_tokens = kDecodeTileTokens;
-    const int chunk = decode_mma_chunk(problem, device_info.num_units,
-                                       device_info.max_shared_memory_per_block,
-                                       options.num_splits, &c.num_splits);
-    c.shared_memory_bytes = smem;
+    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options.num_splits);
+    const int chunk = cut.chunk_tokens;
+    c.num_splits = cut.num_splits;
+    c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
     c.threads_per_block = kDecodeThreads;
     c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
                " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
+               (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
+                                 "as one 256-byte row, their query groups side by side in the "
+                                 "columns); "
+                               : "") +
                std::to_string(kDecodeStages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
@@ -257,7 +261,22 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
   if (state->choice.kernel == KernelId::kCudaDecodeMMA) {
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
-      plan->decode = decode_mma_config(problem, *info, state->options.num_splits);
+      plan->decode = decode_mma_config(problem, *info, state->options.num_splits,
+                                       decode_mma_heads_adjacent(args));
+      KernelChoice& pc = state->choice;
+      if (plan->decode.pair_heads !=
+          decode_mma_config(problem, *info, state->options.num_splits).pair_heads) {
+        // The tensors' strides decide the head pairing, which select_kernel could only assume
+        // from the problem (dense nhd or not): report the cut that runs.
+        pc.num_splits = plan->decode.num_splits;
+        pc.shared_memory_bytes =
+            decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
+        pc.reason += plan->decode.pair_heads
+                         ? "; KV heads paired after all (the cache's head stride is 64): " +
+                               std::to_string(pc.num_splits) + " splits per sequence at most"
+                         : "; KV heads not paired after all: " + std::to_string(pc.num_splits) +
+                               " splits per sequence at most";
+      }
       if (plan->decode.small_kernel) {
         KernelChoice& c = state->choice;
         c.threads_per_block = kSmallMaxWarps * 32;
@@ -284,7 +303,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
              decode_mma_aligned_strides(args)) {
     plan->mixed = true;
     plan->decode_mma = true;
-    plan->decode = decode_mma_config(problem, *info, 0);
+    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args));
   } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
     state->choice.decode_rows_fast_path = false;
     state->choice.reason += " (not taken: strides are not multiples of 8 elements)";

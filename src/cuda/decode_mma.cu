@@ -56,9 +56,15 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 // allows no more, so the register budget may grow to 255 / 128 (170) per thread (see
 // decode_mma_reg_ctas); addresses are then kept in registers instead of being recomputed per
 // tile.
-template <class T, int HEAD, bool SPLIT, int NT, int STAGES>
+// PAIR (decode_mma_pairs_heads): HEAD is 128 and each "KV head" g of the grid is the pair of
+// head-64 KV heads 2g, 2g + 1; p.gqa is twice the real group, columns r < p.gqa / 2 belong to
+// KV head 2g (Q in dims 0-63) and the others to 2g + 1 (Q in dims 64-127). The output,
+// partials and cluster shares have HO = 64 dims per query head.
+template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR>
 __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
     decode_mma_kernel(const DecodeParams p) {
+  static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
+  constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
   constexpr int TOK = kDecodeTileTokens;
   constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
   // nhd/hnd tiles: unpadded token rows whose 16-byte chunks are XOR-swizzled with the row
@@ -214,7 +220,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       // thread arrives at the cluster barrier now and waits on it only before its first
       // remote write, by which time all CTAs have long initialised their barriers.
       if (tid == 0) {
-        const int total = p.gqa * HEAD;
+        const int total = p.gqa * HO;
         const int mine =
             min(p.cl_share, max(0, total - static_cast<int>(cluster_rank()) * p.cl_share));
         mbar_init(rx_bar, 1);
@@ -252,12 +258,14 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 
     if (has_work) {
       // Query rows of the GQA group (rows >= gqa are zero and never written back).
+      // Pairs: a column's 64 dims go to its KV head's half of the row, the other half is zero.
       for (int i = tid; i < NH * CH; i += kDecodeThreads) {
         const int r = i / CH, c = i % CH;
-        const bool ok = r < p.gqa;
+        const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa));
+        const int qc = PAIR ? c % (CH / 2) : c;
         const T* src = static_cast<const T*>(p.q);
         if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
-                       static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + c * 8;
+                       static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + qc * 8;
         cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
       }
       cp_async_commit();
@@ -563,12 +571,13 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     const unsigned rank = p.cluster ? cluster_rank() : 0u;
     const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
     if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
-    for (int i = tid; i < p.gqa * HEAD; i += kDecodeThreads) {
-      const int r = i / HEAD, d = i % HEAD;
+    for (int i = tid; i < p.gqa * HO; i += kDecodeThreads) {
+      const int r = i / HO, d = i % HO;
       const int h = g * p.gqa + r;
+      const int sd = PAIR && 2 * r >= p.gqa ? d + HO : d;  // O^T's row of output dim d
       float acc = 0.f;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + d];
+      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
       const float v = acc * fin[r];
       const float lse = fin[NH + r];
       if (p.cluster) {
@@ -584,7 +593,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       } else if (single) {
         store_output<T>(p, q0, h, d, v, lse);
       } else {
-        p.part_o[(part_row + h) * HEAD + d] = v;
+        p.part_o[(part_row + h) * HO + d] = v;
         if (d == 0) p.part_lse[part_row + h] = lse;
       }
     }
@@ -595,10 +604,10 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       const float* rx = reinterpret_cast<const float*>(smem_raw + (rx_s - smem_addr(smem_raw)));
       const float* rx_l = rx + csize * p.cl_share;
       const int first = static_cast<int>(rank) * p.cl_share;
-      const int mine = min(p.cl_share, p.gqa * HEAD - first);
+      const int mine = min(p.cl_share, p.gqa * HO - first);
       for (int e = tid; e < mine; e += kDecodeThreads) {
         const int i = first + e;
-        const int r = i / HEAD, d = i % HEAD;
+        const int r = i / HO, d = i % HO;
         const int h = g * p.gqa + r;
         // All loads before any use (ranks past the cluster read rank 0 and are masked).
         float lse_k[kMaxClusterSplits], o_k[kMaxClusterSplits];
@@ -731,13 +740,14 @@ struct DecodeGrid {
   int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
 };
 
-template <class T, int HEAD, bool SPLIT, int NT>
+template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
   constexpr int STAGES = kDecodeStages;
-  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES>;
+  constexpr int HO = PAIR ? HEAD / 2 : HEAD;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR>;
   const int smem = static_cast<int>(
       decode_mma_smem_bytes(HEAD) +
-      (p.cluster ? decode_cluster_rx_bytes(HEAD, p.gqa, gr.num_splits) : 0));
+      (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
   // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
@@ -766,9 +776,9 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
-    const int groups = std::min(gr.num_splits, kMergeThreads / (HEAD / 4));
+    const int groups = std::min(gr.num_splits, kMergeThreads / (HO / 4));
     const dim3 merge_grid(p.num_heads, gr.num_seqs);
-    decode_merge_kernel<T, HEAD><<<merge_grid, groups * (HEAD / 4), 0, stream>>>(p);
+    decode_merge_kernel<T, HO><<<merge_grid, groups * (HO / 4), 0, stream>>>(p);
     PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: merge launch");
   }
   return Status::Ok();
@@ -804,7 +814,22 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   p.step_r = kDecodeTileTokens % block_size;
   const int num_heads = static_cast<int>(args.query.shape[1]);
   const int head = static_cast<int>(args.query.shape[2]);
-  const int num_kv_heads = cs.num_kv_heads;
+  // Pairs (decode_mma_pairs_heads): the grid's KV head g is the two real heads 2g, 2g + 1,
+  // one 256-byte row per token. A cache whose heads are no longer adjacent (a view with other
+  // strides than the plan's) runs unpaired with the same cut: correct, only cut for the other
+  // kernel.
+  const bool pair = config.pair_heads && head == 64 && cs.num_kv_heads % 2 == 0 &&
+                    decode_mma_heads_adjacent(args);
+  std::int64_t smem_limit = config.smem_limit;
+  if (config.pair_heads && !pair)  // the head-64 kernel's own limit (the same on every call)
+    smem_limit = decode_mma_smem_bytes(head) +
+                 (config.smem_limit > decode_mma_smem_bytes(128) ? decode_cluster_rx_max_bytes(head)
+                                                                 : 0);
+  if (pair) {
+    p.k_head *= 2;
+    p.v_head *= 2;
+  }
+  const int num_kv_heads = pair ? cs.num_kv_heads / 2 : cs.num_kv_heads;
   p.num_heads = num_heads;
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;
@@ -833,7 +858,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(config.smem_limit)};
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit)};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
@@ -858,6 +883,9 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
+  if (pair)
+    return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
+                : launch<__half, 128, false, 1, true>(p, gr, st);
   if (head == 64)
     return bf16 ? launch_layout<__nv_bfloat16, 64>(p, args.cache.layout, gr, st)
                 : launch_layout<__half, 64>(p, args.cache.layout, gr, st);

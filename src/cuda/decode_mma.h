@@ -6,6 +6,8 @@
 //    O^T += V^T P^T with 16 tokens in the rows and the GQA group of the KV head (<= 8 or
 //    <= 16 query heads) in the 8 or 16 columns of m16n8k16 tensor-core MMAs, so each K/V byte
 //    is read from HBM exactly once per step; P^T reaches the second MMA through movmatrix;
+//  - head 64 with GQA <= 4 on nhd caches runs two adjacent KV heads per CTA as one 128-dim row
+//    (decode_mma_pairs_heads: a block-diagonal Q^T), through the head-128 pipeline;
 //  - K/V tiles of 64 tokens move HBM -> shared memory with 16-byte cp.async (whole 128-byte
 //    lines per copy instruction) in a 3-stage (head 128) / 4-stage (head 64) pipeline; nhd/hnd
 //    tile rows are padded by 16 bytes so that ldmatrix is conflict-free and every shared-memory
@@ -204,12 +206,46 @@ struct DecodeMmaConfig {
   /// The call runs the small-call kernel (decode_small.cu): a cluster-merge call on an nhd/hnd
   /// cache with splits of at most kSmallMaxWarps * 16 tokens whose CTAs fit one per SM.
   bool small_kernel = false;
+  /// Two adjacent head-64 KV heads run as one 128-dim KV head (decode_mma_pairs_heads): the
+  /// grid has num_kv_heads / 2 KV heads and the head-128 pipeline, and the cut above is the
+  /// one of that paired problem.
+  bool pair_heads = false;
 };
 
-/// decode_mma_chunk plus the work-item bound and the merge mode, from the plan's problem and
-/// device (num_units, max_shared_memory_per_block; clusters need cc_major >= 9).
+/// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: in a dense nhd
+/// block (CacheAccess::kNative) KV heads 2j and 2j + 1 of a token are 256 contiguous bytes,
+/// exactly a head-128 row. The CTA of pair j puts the query heads of KV head 2j into the MMA
+/// columns 0..gqa-1 with dims 64-127 zero, and those of 2j + 1 into columns gqa..2gqa-1 with
+/// dims 0-63 zero (a block-diagonal Q^T), so S^T = K Q^T gives every query head the scores of
+/// its own KV head; of O^T += V^T P^T each column keeps the 64 dims of its own KV head. With a
+/// GQA group of at most 4 the 2 gqa columns fit the 8 MMA columns, so the MMAs per K/V byte
+/// are those of the unpaired kernel, while each CTA streams twice the bytes through the
+/// head-128 pipeline (half the CTAs, each tile's fixed work amortised over 256-byte rows).
+/// Needs an even num_kv_heads, the nhd layout and `heads_adjacent`: key and value head strides
+/// of exactly 64 elements (decode_mma_heads_adjacent), as in any dense nhd block, padded pages
+/// and blocks interleaved with other tensors included.
+bool decode_mma_pairs_heads(const ProblemDesc& problem, bool heads_adjacent);
+/// Whether the cache of `args` has nhd layout and key and value head strides equal to
+/// head_size (decode_mma_pairs_heads' `heads_adjacent`).
+bool decode_mma_heads_adjacent(const AttentionArgs& args);
+/// What decode_mma_config assumes without the tensors (select_kernel, `explain`): heads are
+/// adjacent in a dense nhd cache (CacheAccess::kNative).
+inline bool decode_mma_heads_adjacent(const ProblemDesc& problem) {
+  return problem.layout == KVLayout::kNHD && problem.access == CacheAccess::kNative;
+}
+
+/// decode_mma_chunk plus the work-item bound, the merge mode and the head pairing, from the
+/// plan's problem and device (num_units, max_shared_memory_per_block; clusters need
+/// cc_major >= 9). A problem that decode_mma_pairs_heads allows is cut as the paired problem
+/// (head 128, half the KV heads, twice the GQA group) unless the unpaired cut takes the
+/// small-call kernel or the paired cut would.
 DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
-                                  int forced_splits);
+                                  int forced_splits, bool heads_adjacent);
+/// The same with heads_adjacent = decode_mma_heads_adjacent(problem).
+inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
+                                         int forced_splits) {
+  return decode_mma_config(problem, device, forced_splits, decode_mma_heads_adjacent(problem));
+}
 
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);

@@ -133,8 +133,22 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   return static_cast<int>(chunk);
 }
 
-DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& device,
-                                  int forced_splits) {
+bool decode_mma_pairs_heads(const ProblemDesc& pr, bool heads_adjacent) {
+  return heads_adjacent && pr.head_size == 64 && pr.layout == KVLayout::kNHD &&
+         pr.num_kv_heads >= 2 && pr.num_kv_heads % 2 == 0 && pr.gqa_ratio() <= 4;
+}
+
+bool decode_mma_heads_adjacent(const AttentionArgs& args) {
+  const KVCache& c = args.cache;
+  if (c.layout != KVLayout::kNHD || c.key.ndim != 4 || c.value.ndim != 4) return false;
+  const std::int64_t head = c.key.shape[3];
+  return c.key.strides[2] == head && c.value.strides[2] == head && c.key.strides[3] == 1 &&
+         c.value.strides[3] == 1;
+}
+
+namespace {
+
+DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int forced_splits) {
   DecodeMmaConfig c;
   c.chunk_tokens = decode_mma_chunk(pr, device.num_units, device.max_shared_memory_per_block,
                                     forced_splits, &c.num_splits);
@@ -165,6 +179,24 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
                            decode_small_static_smem_bytes(pr.gqa_ratio()) <=
                        device.max_shared_memory_per_block;
   return c;
+}
+
+}  // namespace
+
+DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& device,
+                                  int forced_splits, bool heads_adjacent) {
+  const DecodeMmaConfig c = config_for(pr, device, forced_splits);
+  // The small-call kernel has no paired form; a call small enough for it stays unpaired.
+  if (c.small_kernel || !decode_mma_pairs_heads(pr, heads_adjacent) ||
+      decode_mma_smem_bytes(128) > device.max_shared_memory_per_block)
+    return c;
+  ProblemDesc paired = pr;
+  paired.head_size = 128;
+  paired.num_kv_heads = pr.num_kv_heads / 2;
+  DecodeMmaConfig cp = config_for(paired, device, forced_splits);
+  if (cp.small_kernel) return c;
+  cp.pair_heads = true;
+  return cp;
 }
 
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size) {

@@ -524,5 +524,107 @@ TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
   EXPECT_EQ(p.l_head, 2);
 }
 
+// Head 64 runs as pairs of KV heads (decode_mma_pairs_heads) exactly where two heads of a token
+// are one 256-byte row and the 2 x GQA columns fit the 8 MMA columns; the paired cut is the
+// one of the paired problem (head 128, half the KV heads), and calls small enough for the
+// small-call kernel stay on it, unpaired.
+TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
+  const DeviceInfo h200 = synthetic_h200();
+  const ProblemDesc w2 = decode_problem(std::vector<int>(128, 2048), 32, 8, 64);
+  const DecodeMmaConfig c = decode_mma_config(w2, h200, 0);
+  EXPECT_TRUE(c.pair_heads);
+  EXPECT_EQ(c.num_splits, 1);
+  ProblemDesc paired = w2;
+  paired.head_size = 128;
+  paired.num_kv_heads = 4;
+  const DecodeMmaConfig as_paired = decode_mma_config(paired, h200, 0);
+  EXPECT_EQ(c.chunk_tokens, as_paired.chunk_tokens);
+  EXPECT_EQ(c.smem_limit, as_paired.smem_limit);  // the head-128 kernel's one limit
+  // Not paired: heads not adjacent, other layouts, head 128, GQA above 4, odd KV heads.
+  EXPECT_FALSE(decode_mma_config(w2, h200, 0, false).pair_heads);
+  ProblemDesc strided = w2;
+  strided.access = CacheAccess::kStrided;
+  EXPECT_FALSE(decode_mma_config(strided, h200, 0).pair_heads);  // without the tensors: unknown
+  EXPECT_TRUE(decode_mma_config(strided, h200, 0, true).pair_heads);
+  for (KVLayout layout : {KVLayout::kHND, KVLayout::kSplit}) {
+    ProblemDesc other = w2;
+    other.layout = layout;
+    EXPECT_FALSE(decode_mma_config(other, h200, 0, true).pair_heads);
+  }
+  EXPECT_FALSE(decode_mma_config(decode_problem({2048, 2048}, 32, 8, 128), h200, 0).pair_heads);
+  EXPECT_FALSE(decode_mma_config(decode_problem({2048, 2048}, 40, 8, 64), h200, 0).pair_heads);
+  EXPECT_FALSE(decode_mma_config(decode_problem({2048, 2048}, 20, 5, 64), h200, 0).pair_heads);
+  EXPECT_TRUE(decode_mma_config(decode_problem({2048, 2048}, 2, 2, 64), h200, 0).pair_heads);
+  // A one-wave call with short splits keeps the small-call kernel.
+  const DecodeMmaConfig small = decode_mma_config(decode_problem({1024}, 32, 8, 64), h200, 0);
+  EXPECT_TRUE(small.small_kernel);
+  EXPECT_FALSE(small.pair_heads);
+  // A device without room for the head-128 stages: unpaired.
+  const DeviceInfo small_smem =
+      testing::synthetic_cuda_device(decode_mma_smem_bytes(128) - 1024, kH200Units, 9);
+  EXPECT_FALSE(decode_mma_config(w2, small_smem, 0).pair_heads);
+
+  // The dpair cases of src/testing/cases.cpp reach every merge mode of the pipelined kernel
+  // paired (lengths with query_len 1 only; the skipped rows count as sequences).
+  struct Case {
+    std::vector<int> lens;
+    int skipped, heads, kv_heads, forced;
+    bool work_list, cluster;
+    int splits;
+  };
+  const std::vector<int> dl = {3000, 1, 64, 65, 700, 17};
+  const Case cases[] = {
+      {dl, 1, 32, 8, 0, true, false, 8},                  // dpair1
+      {{900, 300, 1}, 0, 16, 8, 3, false, true, 3},       // dpair2
+      {{5000, 3, 2100}, 0, 12, 4, 0, true, false, 40},    // dpair3
+      {dl, 1, 8, 8, 1, false, false, 1},                  // dpair4: one split, direct store
+      {{3000, 130, 1500}, 1, 32, 8, 12, true, false, 12},  // dpair5
+      {{3000}, 0, 24, 8, 0, false, false, 47},            // dpair6: the merge kernel
+  };
+  for (const Case& k : cases) {
+    ProblemDesc p = decode_problem(k.lens, k.heads, k.kv_heads, 64);
+    p.batch.num_seqs += k.skipped;
+    const DecodeMmaConfig cfg = decode_mma_config(p, h200, k.forced, true);
+    SCOPED_TRACE("heads " + std::to_string(k.heads) + " forced " + std::to_string(k.forced));
+    EXPECT_TRUE(cfg.pair_heads);
+    EXPECT_EQ(cfg.num_splits, k.splits);
+    EXPECT_EQ(decode_mma_work_list(cfg.num_splits, p.batch.num_seqs), k.work_list);
+    EXPECT_EQ(cfg.cluster_merge, k.cluster);
+    EXPECT_FALSE(cfg.small_kernel);
+  }
+}
+
+// decode_mma_heads_adjacent reads the cache's strides: dense nhd blocks, padded pages and
+// blocks interleaved with other tensors keep two heads in one row; a head-strided view or the
+// hnd layout does not.
+TEST(DecodeMmaSplits, HeadsAdjacentFollowsTheHeadStride) {
+  auto args_with = [](KVLayout layout, std::initializer_list<std::int64_t> shape,
+                      std::initializer_list<std::int64_t> strides) {
+    AttentionArgs a;
+    a.cache.layout = layout;
+    a.cache.key = TensorView::strided(nullptr, DType::kBFloat16, shape, strides, Device::cuda(0));
+    a.cache.value = a.cache.key;
+    return a;
+  };
+  EXPECT_TRUE(decode_mma_heads_adjacent(
+      args_with(KVLayout::kNHD, {10, 16, 8, 64}, {16 * 8 * 64, 8 * 64, 64, 1})));
+  // Padded pages, and vLLM's [blocks, 2, block, heads, dim] cache with K and V interleaved.
+  EXPECT_TRUE(decode_mma_heads_adjacent(
+      args_with(KVLayout::kNHD, {10, 16, 8, 64}, {16 * 8 * 64 + 64, 8 * 64, 64, 1})));
+  EXPECT_TRUE(decode_mma_heads_adjacent(
+      args_with(KVLayout::kNHD, {10, 16, 8, 64}, {2 * 16 * 8 * 64, 8 * 64, 64, 1})));
+  // Every other head of a 16-head cache.
+  EXPECT_FALSE(decode_mma_heads_adjacent(
+      args_with(KVLayout::kNHD, {10, 16, 8, 64}, {16 * 16 * 64, 16 * 64, 128, 1})));
+  EXPECT_FALSE(decode_mma_heads_adjacent(
+      args_with(KVLayout::kHND, {10, 8, 16, 64}, {16 * 8 * 64, 16 * 64, 64, 1})));
+  AttentionArgs mixed =
+      args_with(KVLayout::kNHD, {10, 16, 8, 64}, {16 * 8 * 64, 8 * 64, 64, 1});
+  mixed.cache.value =
+      TensorView::strided(nullptr, DType::kBFloat16, {10, 16, 8, 64}, {16 * 16 * 64, 16 * 64, 128, 1},
+                          Device::cuda(0));
+  EXPECT_FALSE(decode_mma_heads_adjacent(mixed));
+}
+
 }  // namespace
 }  // namespace pagedattn::cuda
