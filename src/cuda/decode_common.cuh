@@ -100,6 +100,18 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, int q0, int 
     p.lse[static_cast<std::int64_t>(q0) * p.l_tok + static_cast<std::int64_t>(h) * p.l_head] = lse;
 }
 
+// Programmatic dependent launch (sm_90): the split kernel lets the merge kernel that follows it
+// in the stream launch once every split CTA has started, and the merge kernel waits for the
+// split kernel's completion (and its memory) only where it first reads the partials, so its
+// launch and its metadata loads overlap the splits' last tiles. Both are no-ops when the
+// launch did not ask for it.
+__device__ __forceinline__ void griddep_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void griddep_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));

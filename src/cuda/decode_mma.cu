@@ -96,6 +96,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bool mods = p.softcap > 0.f || p.alibi != nullptr;
   const unsigned rx_bar = smem_addr(&s_rx_bar);
+  griddep_launch_dependents();  // the merge kernel may launch once every CTA got here
 
   // Per-lane shared-memory addresses (stage 0); a stage adds a multiple of TILE_B and every
   // other offset is an immediate.
@@ -673,6 +674,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   if (q1 - q0 != 1) return;
   const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
   if (nsplit <= 1) return;  // the split kernel wrote the output itself
+  griddep_wait();  // the partials below are the split kernel's
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i0 = g; i0 < nsplit; i0 += G * U) {
@@ -738,6 +740,7 @@ struct DecodeGrid {
   int num_splits, num_kv_heads, num_seqs;
   int list_ctas;   // > 0: work-list mode with this many CTAs per KV head
   int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
+  bool dependent_launch;  // the merge kernel by programmatic dependent launch
 };
 
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false>
@@ -777,9 +780,17 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
     const int groups = std::min(gr.num_splits, kMergeThreads / (HO / 4));
-    const dim3 merge_grid(p.num_heads, gr.num_seqs);
-    decode_merge_kernel<T, HO><<<merge_grid, groups * (HO / 4), 0, stream>>>(p);
-    PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: merge launch");
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(p.num_heads, gr.num_seqs);
+    cfg.blockDim = dim3(groups * (HO / 4));
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
+    PA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p),
+                   "decode_mma: merge launch");
   }
   return Status::Ok();
 }
@@ -858,7 +869,8 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   DeviceGuard guard(args.query.device.index);
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit)};
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit),
+                config.dependent_launch};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all

@@ -210,6 +210,9 @@ struct DecodeMmaConfig {
   /// grid has num_kv_heads / 2 KV heads and the head-128 pipeline, and the cut above is the
   /// one of that paired problem.
   bool pair_heads = false;
+  /// The merge kernel is launched as a programmatic dependent of the split kernel (cc >= 9):
+  /// it launches while the last splits run and waits for them where it reads the partials.
+  bool dependent_launch = false;
 };
 
 /// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: in a dense nhd

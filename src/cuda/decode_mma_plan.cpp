@@ -165,6 +165,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
   const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
   const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
   c.smem_limit = clusters ? with_rx : base;
+  c.dependent_launch = device.cc_major >= 9;
   // A work-list call merges through the merge kernel whatever its wave count.
   c.cluster_merge = clusters && c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
                     !decode_mma_work_list(c.num_splits, pr.batch.num_seqs) &&

@@ -257,6 +257,9 @@ TEST(DecodeMmaSplits, ClusterReceiveBufferKeepsTheCtasPerSm) {
   const DecodeMmaConfig ampere = decode_mma_config(p, synthetic_h200(kH200Units, 8), 0);
   EXPECT_FALSE(ampere.cluster_merge);
   EXPECT_EQ(ampere.smem_limit, decode_mma_smem_bytes(128));
+  // Programmatic dependent launch of the merge kernel: compute capability 9 only.
+  EXPECT_TRUE(hopper.dependent_launch);
+  EXPECT_FALSE(ampere.dependent_launch);
   // A device whose shared memory holds two CTAs of head 128 but only one with the receive
   // buffer: the one-wave test of the cluster decision counts the buffer.
   const std::int64_t base128 = decode_mma_smem_bytes(128);
