@@ -17,9 +17,9 @@
 #   bash scripts/gpu_check.sh            # from the repository root
 #   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
 #
-# $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, bench.json,
-# bench.csv, bench_split.json, bench_dirty.json, sdpa.json, sdpa_dirty.json, report.md,
-# report_dirty.md and bench.png. Exit status 0 iff every step passed.
+# $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, report.md,
+# bench.png and results.tgz (bench.json, bench.csv, bench_split.json, bench_dirty.json,
+# sdpa.json, sdpa_dirty.json, report.md, report_dirty.md). Exit status 0 iff every step passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -218,4 +218,8 @@ fi
   echo "overall: $([ $all_ok = 1 ] && echo PASS || echo FAIL)"
 } | tee "$OUT/summary.txt"
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+# The device tool brings back only a few files per call: every result file also goes into one
+# archive (summary.txt, report.md and bench.png stay beside it for a quick look).
+( cd "$OUT" && files=$(ls bench*.json bench.csv sdpa*.json report*.md 2>/dev/null) &&
+  [ -n "$files" ] && tar czf results.tgz $files && rm -f $(ls $files | grep -vx report.md) )
 grep -q 'overall: PASS' "$OUT/summary.txt"

@@ -165,11 +165,14 @@ bool decode_mma_aligned_strides(const AttentionArgs& args);
 /// unaligned call takes the planned tiled fallback).
 bool decode_mma_aligned(const AttentionArgs& args);
 
-/// Split size for the batch's decode rows (pure: select_kernel and plan_attention call it with the same
-/// inputs): the KV range of the longest sequence is cut into equal 64-token-aligned splits so
-/// that the CTAs of the whole batch fill the device's CTA slots about twice (enough for the
-/// hardware scheduler to even out unequal lengths, few enough that each CTA's pipeline fill
-/// and epilogue stay a small part of its time).
+/// Split size for the batch's decode rows (pure: decode_mma_config calls it for select_kernel
+/// and plan_attention alike): the KV range of the longest sequence is cut into equal
+/// 64-token-aligned splits so that the CTAs of the whole batch fill the device's CTA slots
+/// about twice (enough for the hardware scheduler to even out unequal lengths, few enough that
+/// each CTA's pipeline fill and epilogue stay a small part of its time). Batches that fit one
+/// wave are cut for one wave where that was measured to pay: short or long balanced splits
+/// fill the slots, and balanced splits shorter than 2048 tokens take one CTA per SM when that
+/// makes 2-8 splits merged in a cluster (the measurements are in decode_mma_plan.cpp).
 /// `forced_splits` > 0 (PlanOptions::num_splits) cuts the longest sequence into that many.
 /// Returns the split size in tokens (a multiple of kDecodeTileTokens); `num_splits` receives
 /// the largest per-sequence split count (the grid's split dimension).

@@ -115,10 +115,32 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
       const bool balanced = chunk1 * slots * 4 <= total * pr.num_kv_heads * 5;
       if (chunk1 <= kShortChunkTokens || (chunk1 >= kLongChunkTokens && balanced)) n = n1;
     }
-    // A batch whose CTAs fit in one wave of slots is latency-bound: with at most
+    // One CTA per SM (head 128, and head 64 as pairs) where the cut so far has splits shorter
+    // than kLongChunkTokens: when units / ctas gives 2 to kMaxClusterSplits splits that merge
+    // in a cluster (not a work-list call) and the cut is balanced (the longest CTA within 25%
+    // of an even share of the work over the SMs). One CTA's 3 stages keep enough bytes in
+    // flight for its SM; the shorter cuts pay the merge kernel (work-list calls) or, filling
+    // the second CTA slot of every SM with clusters of 4 or more splits, can need a second
+    // wave (clusters are placed within a GPC). Measured on the H200 after the dependent-launch
+    // merge (8 KV heads x 4096 tokens): batch 8 in 2 splits 41.0 us against 47.4 (8 splits,
+    // work list) and 50.6 (4 splits, clusters of 4, 256 CTAs); batch 4 in 4 splits 25.7
+    // against 27.6 (8 splits, work list). Not for batch 2 (8 splits of two sequences make a
+    // work-list call: 16 splits measured 19.8 against 20.4 us), nor where the splits are long
+    // already (batch 16: 1 split 70.6 against 69.3 in 2; W3: 16 splits 134.1 against 130.3
+    // in 33).
+    const std::int64_t per_sm = std::max(1, num_units) / ctas;
+    if (pr.head_size == 128 && per_sm >= 2 && per_sm <= kMaxClusterSplits &&
+        (longest + n - 1) / n < kLongChunkTokens &&
+        !decode_mma_work_list(static_cast<int>(per_sm), pr.batch.num_seqs)) {
+      const std::int64_t chunk_u = (longest + per_sm - 1) / per_sm;
+      if (chunk_u * std::max(1, num_units) * 4 <= total * pr.num_kv_heads * 5) n = per_sm;
+    }
+    // A single sequence whose CTAs fit in one wave of slots is latency-bound: with at most
     // kMaxClusterSplits splits they merge inside a thread-block cluster (no merge kernel and no
-    // partial results in global memory), which is worth more than twice the splits.
-    if (n > kMaxClusterSplits && n <= 2 * kMaxClusterSplits && ctas * n <= slots)
+    // partial results in global memory), which is worth more than twice the splits. Several
+    // sequences in 8 or more splits make a work-list call, which never merges in a cluster.
+    if (n > kMaxClusterSplits && n <= 2 * kMaxClusterSplits && ctas * n <= slots &&
+        !decode_mma_work_list(kMaxClusterSplits, pr.batch.num_seqs))
       n = kMaxClusterSplits;
     chunk = std::max<std::int64_t>(kMinChunkTokens,
                                    round_up((longest + n - 1) / n, kDecodeTileTokens));

@@ -81,11 +81,11 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
       {"W7", uniform(1, 1024), 128, 8, true},
       // Small batches cut for one wave while the splits stay <= 512 tokens.
       {"batch-1", uniform(1, 4096), 128, 32, false},
-      // 8 splits of two or more sequences: the work list and the merge kernel.
-      {"batch-2", uniform(2, 4096), 128, 8, false},
-      {"batch-4", uniform(4, 4096), 128, 8, false},
-      // Here the one-wave cut would give 1024-token splits (measured slower): two waves.
-      {"batch-8", uniform(8, 4096), 128, 8, false},
+      // Two sequences: 16 splits fill the slots (a work-list call, the merge kernel).
+      {"batch-2", uniform(2, 4096), 128, 16, false},
+      // One CTA per SM, the splits merged in clusters (4 and 2 splits).
+      {"batch-4", uniform(4, 4096), 128, 4, true},
+      {"batch-8", uniform(8, 4096), 128, 2, true},
       // One wave again once the one-wave splits are >= 2048 tokens and balanced.
       {"batch-16", uniform(16, 4096), 128, 2, true},
       {"batch-32", uniform(32, 4096), 128, 1, false},
@@ -266,9 +266,11 @@ TEST(DecodeMmaSplits, ClusterReceiveBufferKeepsTheCtasPerSm) {
   const std::int64_t per_sm_smem = 2 * (base128 + 1024) - 1024;
   const DeviceInfo squeezed = testing::synthetic_cuda_device(per_sm_smem, 40, 9);
   bool exercised = false;
-  for (int len = 64; len <= 8192; len += 64) {
+  // Forced split counts too: the planner's own cut often takes one CTA per SM.
+  for (int i = 0; i < 128 * 9; ++i) {
+    const int len = 64 * (1 + i / 9), forced = i % 9 == 0 ? 0 : i % 9;
     const ProblemDesc q = decode_problem({len}, 32, 8, 128);
-    const DecodeMmaConfig cfg = decode_mma_config(q, squeezed, 0);
+    const DecodeMmaConfig cfg = decode_mma_config(q, squeezed, forced);
     const std::int64_t ctas = std::int64_t{8} * cfg.num_splits;
     const std::int64_t with_rx = decode_mma_slots(
         128, 4, 40, per_sm_smem, decode_cluster_rx_bytes(128, 4, cfg.num_splits));
@@ -311,10 +313,10 @@ TEST(DecodeMmaSplits, SmallCallKernelTakesShortOneWaveClusterCalls) {
   const DecodeMmaConfig few_sms = decode_mma_config(w7, synthetic_h200(40), 0);
   EXPECT_TRUE(few_sms.cluster_merge);
   EXPECT_FALSE(few_sms.small_kernel);
-  // Two sequences in 8 splits: a work-list call (decode_mma_run tests that first), so neither
+  // Two sequences in 16 splits: a work-list call (decode_mma_run tests that first), so neither
   // the cluster merge nor the small kernel, whatever the waves.
   const DecodeMmaConfig two = decode_mma_config(decode_problem({1024, 1024}, 32, 8, 128), h200, 0);
-  EXPECT_EQ(two.num_splits, 8);
+  EXPECT_EQ(two.num_splits, 16);
   EXPECT_TRUE(decode_mma_work_list(two.num_splits, 2));
   EXPECT_FALSE(two.cluster_merge);
   EXPECT_FALSE(two.small_kernel);
@@ -577,7 +579,7 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
   };
   const std::vector<int> dl = {3000, 1, 64, 65, 700, 17};
   const Case cases[] = {
-      {dl, 1, 32, 8, 0, true, false, 8},                  // dpair1
+      {dl, 1, 32, 8, 0, true, false, 10},                 // dpair1
       {{900, 300, 1}, 0, 16, 8, 3, false, true, 3},       // dpair2
       {{5000, 3, 2100}, 0, 12, 4, 0, true, false, 40},    // dpair3
       {dl, 1, 8, 8, 1, false, false, 1},                  // dpair4: one split, direct store
