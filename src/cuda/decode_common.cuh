@@ -102,9 +102,9 @@ __device__ __forceinline__ void store_output(const DecodeParams& p, int q0, int 
 
 // Programmatic dependent launch (sm_90): the split kernel lets the merge kernel that follows it
 // in the stream launch once every split CTA has started, and the merge kernel waits for the
-// split kernel's completion (and its memory) only where it first reads the partials, so its
-// launch and its metadata loads overlap the splits' last tiles. Both are no-ops when the
-// launch did not ask for it.
+// split kernel's completion (and its memory) after its metadata loads, so its launch and
+// those loads overlap the splits' last tiles. Both are no-ops when the launch did not ask for
+// it.
 __device__ __forceinline__ void griddep_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }

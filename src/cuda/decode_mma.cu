@@ -671,10 +671,13 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int q0 = p.qsl[s * p.qsl_stride];
   const int q1 = p.qsl[(s + 1) * p.qsl_stride];
   const int len = p.seq_lens[s * p.sl_stride];
+  // Every CTA waits, also those that have nothing to merge: a grid launched as a programmatic
+  // dependent may otherwise complete before its prerequisite, and the stream's next operation
+  // would then start while the split kernel still writes outputs.
+  griddep_wait();
   if (q1 - q0 != 1) return;
   const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
   if (nsplit <= 1) return;  // the split kernel wrote the output itself
-  griddep_wait();  // the partials below are the split kernel's
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i0 = g; i0 < nsplit; i0 += G * U) {

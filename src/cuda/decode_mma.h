@@ -214,7 +214,8 @@ struct DecodeMmaConfig {
   /// one of that paired problem.
   bool pair_heads = false;
   /// The merge kernel is launched as a programmatic dependent of the split kernel (cc >= 9):
-  /// it launches while the last splits run and waits for them where it reads the partials.
+  /// it launches while the last splits run, loads its metadata and waits for them (every CTA,
+  /// so that it never completes before the split kernel).
   bool dependent_launch = false;
 };
 
