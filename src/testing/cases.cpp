@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <utility>
@@ -809,6 +810,21 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     }
   }
 
+  // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices.
+  auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep) {
+    int i = 0;
+    for (const DecodeCase& d : table) {
+      ++i;
+      if (quick && std::find(keep.begin(), keep.end(), i) == keep.end()) continue;
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
+      set_lengths(&c, d.lens);
+      c.planned_seq_lens = d.planned;
+      set_decode_features(&c, d.feature, d.pad, d.splits);
+      c.tag = tag + std::to_string(i);
+      add(c);
+    }
+  };
+
   // The small-call kernel (src/cuda/decode_small.cu): one-wave cluster calls on nhd/hnd caches
   // whose splits are at most 128 tokens (8 warps, one tile of 16 or 8 tokens each). Cluster
   // sizes 2-8, among them 3, 5, 6 and 7 (uneven output shares per CTA), GQA 1 (MQA per head),
@@ -832,18 +848,8 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         // splits make a work-list call).
         {KVLayout::kNHD, 16, 64, 16, 2, f16, 1, 0, 0, {{1024, 1}}, {}},
     };
-    int i = 0;
-    for (const DecodeCase& d : ss) {
-      ++i;
-      // The sanitizer subset: W7, GQA 16 with a 2048-token block, and a replay past the plan.
-      if (quick && i != 1 && i != 4 && i != 9) continue;
-      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
-      set_lengths(&c, d.lens);
-      c.planned_seq_lens = d.planned;
-      set_decode_features(&c, d.feature, d.pad, d.splits);
-      c.tag = "dsmall" + std::to_string(i);
-      add(c);
-    }
+    // The sanitizer subset: W7, GQA 16 with a 2048-token block, and a replay past the plan.
+    add_decode_table(ss, "dsmall", {1, 4, 9});
   }
 
   // Head 64 with KV heads paired (decode_mma_pairs_heads: nhd, head strides of 64 elements,
@@ -863,18 +869,9 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 64, 8, 8, b16, 2, 0, 1, dl, {}},  // one split: direct store
         {KVLayout::kNHD, 32, 64, 32, 8, f16, 1, 0, 12, {{3000, 1}, {130, 1}, {20, 0}, {1500, 1}}, {}},
         {KVLayout::kNHD, 16, 64, 24, 8, b16, 1, 0, 0, {{3000, 1}}, {}},  // the merge kernel
-        {KVLayout::kNHD, 16, 64, 16, 2, b16, 3, 8, 0, {{3000, 1}, {40, 7}, {700, 1}}, {}},  // mixed
+        {KVLayout::kNHD, 16, 64, 8, 2, b16, 3, 8, 0, {{3000, 1}, {40, 7}, {700, 1}}, {}},  // mixed
     };
-    int i = 0;
-    for (const DecodeCase& d : ps) {
-      ++i;
-      if (quick && i != 1 && i != 2 && i != 6) continue;
-      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
-      set_lengths(&c, d.lens);
-      set_decode_features(&c, d.feature, d.pad, d.splits);
-      c.tag = "dpair" + std::to_string(i);
-      add(c);
-    }
+    add_decode_table(ps, "dpair", {1, 2, 6});
   }
 
   // Heavy cases for the GPU only (DESIGN.md §4: run without the sanitizer).
