@@ -220,6 +220,10 @@ fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
 # The device tool brings back only a few files per call: every result file also goes into one
 # archive (summary.txt, report.md and bench.png stay beside it for a quick look).
-( cd "$OUT" && files=$(ls bench*.json bench.csv sdpa*.json report*.md 2>/dev/null) &&
-  [ -n "$files" ] && tar czf results.tgz $files && rm -f $(ls $files | grep -vx report.md) )
+( cd "$OUT" || exit
+  shopt -s nullglob  # a failed step leaves some of these out: archive the others
+  files=(bench*.json bench.cs[v] sdpa*.json report*.md)  # [v]: a glob, so nullglob applies
+  (( ${#files[@]} )) || exit 0
+  tar czf results.tgz "${files[@]}" &&
+    for f in "${files[@]}"; do [ "$f" = report.md ] || rm -f "$f"; done )
 grep -q 'overall: PASS' "$OUT/summary.txt"

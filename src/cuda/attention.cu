@@ -185,8 +185,8 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
-                                 "as one 256-byte row, their query groups side by side in the "
-                                 "columns); "
+                                 "as one 256-byte row, their two query groups side by side in "
+                                 "the 8 columns); "
                                : "") +
                std::to_string(kDecodeStages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
@@ -272,10 +272,13 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
         pc.shared_memory_bytes =
             decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
         pc.reason += plan->decode.pair_heads
-                         ? "; KV heads paired after all (the cache's head stride is 64): " +
-                               std::to_string(pc.num_splits) + " splits per sequence at most"
-                         : "; KV heads not paired after all: " + std::to_string(pc.num_splits) +
-                               " splits per sequence at most";
+                         ? "; KV heads paired after all (the cache's head stride is 64; the two "
+                           "query groups side by side in the 8 columns): splits of " +
+                               std::to_string(plan->decode.chunk_tokens) + " tokens, at most " +
+                               std::to_string(pc.num_splits) + " per sequence"
+                         : "; KV heads not paired after all: splits of " +
+                               std::to_string(plan->decode.chunk_tokens) + " tokens, at most " +
+                               std::to_string(pc.num_splits) + " per sequence";
       }
       if (plan->decode.small_kernel) {
         KernelChoice& c = state->choice;

@@ -791,9 +791,21 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
-    PA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p),
-                   "decode_mma: merge launch");
+    // Not while the stream is being captured into a graph: the GPU tests have not yet run a
+    // captured dependent launch (docs/performance.md), and a captured plain launch has.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    PA_CUDA_RETURN(cudaStreamIsCapturing(stream, &capture), "decode_mma: cudaStreamIsCapturing");
+    cfg.numAttrs = gr.dependent_launch && capture == cudaStreamCaptureStatusNone ? 1 : 0;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+    if (err != cudaSuccess && cfg.numAttrs == 1 &&
+        (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
+      // A driver that refuses the attribute: the plain launch is correct too (the kernel's
+      // griddepcontrol.wait is then a no-op).
+      (void)cudaGetLastError();
+      cfg.numAttrs = 0;
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+    }
+    PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }
   return Status::Ok();
 }
@@ -834,11 +846,9 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   // kernel.
   const bool pair = config.pair_heads && head == 64 && cs.num_kv_heads % 2 == 0 &&
                     decode_mma_heads_adjacent(args);
-  std::int64_t smem_limit = config.smem_limit;
-  if (config.pair_heads && !pair)  // the head-64 kernel's own limit (the same on every call)
-    smem_limit = decode_mma_smem_bytes(head) +
-                 (config.smem_limit > decode_mma_smem_bytes(128) ? decode_cluster_rx_max_bytes(head)
-                                                                 : 0);
+  // The head-64 kernel's own limit, the same as on every unpaired call.
+  const std::int64_t smem_limit =
+      config.pair_heads && !pair ? config.smem_limit_unpaired : config.smem_limit;
   if (pair) {
     p.k_head *= 2;
     p.v_head *= 2;

@@ -213,6 +213,9 @@ struct DecodeMmaConfig {
   /// grid has num_kv_heads / 2 KV heads and the head-128 pipeline, and the cut above is the
   /// one of that paired problem.
   bool pair_heads = false;
+  /// A paired plan's smem_limit of the unpaired kernel (the one every unpaired call sets), for
+  /// a call whose cache no longer has adjacent heads and runs unpaired (decode_mma_run).
+  std::int64_t smem_limit_unpaired = 0;
   /// The merge kernel is launched as a programmatic dependent of the split kernel (cc >= 9):
   /// it launches while the last splits run, loads its metadata and waits for them (every CTA,
   /// so that it never completes before the split kernel).

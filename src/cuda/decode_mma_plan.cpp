@@ -117,8 +117,9 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
     }
     // One CTA per SM (head 128, and head 64 as pairs) where the cut so far has splits shorter
     // than kLongChunkTokens: when units / ctas gives 2 to kMaxClusterSplits splits that merge
-    // in a cluster (not a work-list call) and the cut is balanced (the longest CTA within 25%
-    // of an even share of the work over the SMs). One CTA's 3 stages keep enough bytes in
+    // in a cluster (not a work-list call), of at most kLongChunkTokens (the measured range;
+    // longer one-CTA-per-SM splits lost 2-3% to two CTAs per SM, see below), and the cut is
+    // balanced (the longest CTA within 25% of an even share of the work over the SMs). One CTA's 3 stages keep enough bytes in
     // flight for its SM; the shorter cuts pay the merge kernel (work-list calls) or, filling
     // the second CTA slot of every SM with clusters of 4 or more splits, can need a second
     // wave (clusters are placed within a GPC). Measured on the H200 after the dependent-launch
@@ -133,7 +134,9 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
         (longest + n - 1) / n < kLongChunkTokens &&
         !decode_mma_work_list(static_cast<int>(per_sm), pr.batch.num_seqs)) {
       const std::int64_t chunk_u = (longest + per_sm - 1) / per_sm;
-      if (chunk_u * std::max(1, num_units) * 4 <= total * pr.num_kv_heads * 5) n = per_sm;
+      if (chunk_u <= kLongChunkTokens &&
+          chunk_u * std::max(1, num_units) * 4 <= total * pr.num_kv_heads * 5)
+        n = per_sm;
     }
     // A single sequence whose CTAs fit in one wave of slots is latency-bound: with at most
     // kMaxClusterSplits splits they merge inside a thread-block cluster (no merge kernel and no
@@ -219,6 +222,7 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   DecodeMmaConfig cp = config_for(paired, device, forced_splits);
   if (cp.small_kernel) return c;
   cp.pair_heads = true;
+  cp.smem_limit_unpaired = c.smem_limit;
   return cp;
 }
 

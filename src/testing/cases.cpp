@@ -856,20 +856,23 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
   // an even number of KV heads, GQA <= 4): two KV heads per CTA through the head-128 pipeline
   // with a block-diagonal query. Every merge mode of the pipelined kernel (on an H200: the work
   // list, the cluster merge, one split with a direct store, a single sequence's splits through
-  // the merge kernel), GQA 1-4, padded pages (strided access, heads still adjacent), blocks 1
-  // to 2048, every feature, skipped sequences and a mixed batch (a prefill chunk beside the
-  // paired decode rows). On the CPU these are ordinary decode cases.
+  // the merge kernel), GQA 1-4, padded pages (strided access, heads still adjacent: the plan
+  // pairs where select_kernel could not know it would), blocks 1 to 2048, every feature (a
+  // window only with one forced split: windows of 100 tokens make small calls, which stay
+  // unpaired), skipped sequences and a mixed batch (a prefill chunk beside the paired decode
+  // rows). test_decode_select.cpp checks that each of these plans paired. On the CPU these are
+  // ordinary decode cases.
   {
     const std::vector<std::pair<int, int>> dl = {{3000, 1}, {1, 1},   {64, 1}, {20, 0},
                                                  {65, 1},   {700, 1}, {17, 1}};
     const DecodeCase ps[] = {
         {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, dl, {}},                        // work list
         {KVLayout::kNHD, 1, 64, 16, 8, f16, 1, 0, 3, {{900, 1}, {300, 1}, {1, 1}}, {}},  // cluster
-        {KVLayout::kNHD, 2048, 64, 12, 4, b16, 3, 64, 0, {{5000, 1}, {3, 1}, {2100, 1}}, {}},
+        {KVLayout::kNHD, 2048, 64, 12, 4, b16, 1, 64, 0, {{5000, 1}, {3, 1}, {2100, 1}}, {}},
         {KVLayout::kNHD, 16, 64, 8, 8, b16, 2, 0, 1, dl, {}},  // one split: direct store
         {KVLayout::kNHD, 32, 64, 32, 8, f16, 1, 0, 12, {{3000, 1}, {130, 1}, {20, 0}, {1500, 1}}, {}},
         {KVLayout::kNHD, 16, 64, 24, 8, b16, 1, 0, 0, {{3000, 1}}, {}},  // the merge kernel
-        {KVLayout::kNHD, 16, 64, 8, 2, b16, 3, 8, 0, {{3000, 1}, {40, 7}, {700, 1}}, {}},  // mixed
+        {KVLayout::kNHD, 16, 64, 8, 2, b16, 1, 8, 0, {{3000, 1}, {40, 7}, {700, 1}}, {}},  // mixed
     };
     add_decode_table(ps, "dpair", {1, 2, 6});
   }

@@ -416,6 +416,41 @@ TEST(CudaGraph, CaptureAndReplayEqualEager) {
   }
 }
 
+// Decode calls whose splits merge in the merge kernel (a programmatic dependent launch of the
+// split kernel when not captured; a plain launch inside a capture), captured and replayed
+// against eager runs: one long sequence, a work list, and head 64 as KV-head pairs.
+TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
+  PA_SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* what;
+    int head_size;
+    std::vector<int> seq_lens;
+  };
+  const Case cases[] = {
+      {"merge kernel, head 128", 128, {20000}},
+      {"work list, head 128", 128, {9000, 4000, 100}},
+      {"merge kernel, head 64 in pairs", 64, {20000}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ProblemSpec s;
+    s.layout = KVLayout::kNHD;
+    s.num_heads = 32;
+    s.num_kv_heads = 8;
+    s.head_size = c.head_size;
+    s.dtype = s.kv_dtype = DType::kBFloat16;
+    s.seq_lens = c.seq_lens;
+    s.query_lens.assign(c.seq_lens.size(), 1);
+    s.sinks = true;
+    auto p = Problem::make(s);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    Problem& pr = **p;
+    PA_ASSERT_OK(pr.plan());
+    EXPECT_GT(pr.attention_plan().choice().num_splits, 8) << "the merge kernel, not a cluster";
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
+  }
+}
+
 // A decode graph is captured once and replayed while the sequences grow: the plan (split size,
 // split count, workspace) was made for shorter sequences than the device metadata now holds.
 // Every decode path must still cover all keys and stay inside its workspace (decode_split.h:

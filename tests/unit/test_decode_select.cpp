@@ -86,6 +86,9 @@ TEST(DecodeMmaSplits, BenchmarkWorkloadsGetTheMeasuredCuts) {
       // One CTA per SM, the splits merged in clusters (4 and 2 splits).
       {"batch-4", uniform(4, 4096), 128, 4, true},
       {"batch-8", uniform(8, 4096), 128, 2, true},
+      // Not for longer sequences (one CTA per SM would give 4000-token splits, unmeasured):
+      // the two-wave cut with the work list.
+      {"batch-8 x 8000", uniform(8, 8000), 128, 8, false},
       // One wave again once the one-wave splits are >= 2048 tokens and balanced.
       {"batch-16", uniform(16, 4096), 128, 2, true},
       {"batch-32", uniform(32, 4096), 128, 1, false},
@@ -545,6 +548,8 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
   const DecodeMmaConfig as_paired = decode_mma_config(paired, h200, 0);
   EXPECT_EQ(c.chunk_tokens, as_paired.chunk_tokens);
   EXPECT_EQ(c.smem_limit, as_paired.smem_limit);  // the head-128 kernel's one limit
+  // The limit an unpaired run of this plan sets: the head-64 kernel's, as on unpaired plans.
+  EXPECT_EQ(c.smem_limit_unpaired, decode_mma_config(w2, h200, 0, false).smem_limit);
   // Not paired: heads not adjacent, other layouts, head 128, GQA above 4, odd KV heads.
   EXPECT_FALSE(decode_mma_config(w2, h200, 0, false).pair_heads);
   ProblemDesc strided = w2;
@@ -570,25 +575,29 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
   EXPECT_FALSE(decode_mma_config(w2, small_smem, 0).pair_heads);
 
   // The dpair cases of src/testing/cases.cpp reach every merge mode of the pipelined kernel
-  // paired (lengths with query_len 1 only; the skipped rows count as sequences).
+  // paired, with their own windows and padding (the skipped rows and the mixed batch's prefill
+  // chunk count as sequences, not as decode rows).
   struct Case {
     std::vector<int> lens;
-    int skipped, heads, kv_heads, forced;
-    bool work_list, cluster;
+    int other_seqs, heads, kv_heads, forced, window;
+    bool padded, work_list, cluster;
     int splits;
   };
   const std::vector<int> dl = {3000, 1, 64, 65, 700, 17};
   const Case cases[] = {
-      {dl, 1, 32, 8, 0, true, false, 10},                 // dpair1
-      {{900, 300, 1}, 0, 16, 8, 3, false, true, 3},       // dpair2
-      {{5000, 3, 2100}, 0, 12, 4, 0, true, false, 40},    // dpair3
-      {dl, 1, 8, 8, 1, false, false, 1},                  // dpair4: one split, direct store
-      {{3000, 130, 1500}, 1, 32, 8, 12, true, false, 12},  // dpair5
-      {{3000}, 0, 24, 8, 0, false, false, 47},            // dpair6: the merge kernel
+      {dl, 1, 32, 8, 0, 0, false, true, false, 10},                 // dpair1
+      {{900, 300, 1}, 0, 16, 8, 3, 0, false, false, true, 3},       // dpair2
+      {{5000, 3, 2100}, 0, 12, 4, 0, 0, true, true, false, 40},     // dpair3
+      {dl, 1, 8, 8, 1, 100, false, false, false, 1},                // dpair4: direct store
+      {{3000, 130, 1500}, 1, 32, 8, 12, 0, false, true, false, 12},  // dpair5
+      {{3000}, 0, 24, 8, 0, 0, false, false, false, 47},            // dpair6: merge kernel
+      {{3000, 700}, 1, 8, 2, 0, 0, true, true, false, 47},          // dpair7: mixed
   };
   for (const Case& k : cases) {
     ProblemDesc p = decode_problem(k.lens, k.heads, k.kv_heads, 64);
-    p.batch.num_seqs += k.skipped;
+    p.batch.num_seqs += k.other_seqs;
+    p.sliding_window = k.window;
+    if (k.padded) p.access = CacheAccess::kStrided;
     const DecodeMmaConfig cfg = decode_mma_config(p, h200, k.forced, true);
     SCOPED_TRACE("heads " + std::to_string(k.heads) + " forced " + std::to_string(k.forced));
     EXPECT_TRUE(cfg.pair_heads);
@@ -596,6 +605,9 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
     EXPECT_EQ(decode_mma_work_list(cfg.num_splits, p.batch.num_seqs), k.work_list);
     EXPECT_EQ(cfg.cluster_merge, k.cluster);
     EXPECT_FALSE(cfg.small_kernel);
+    // Padded pages: select_kernel, which sees no strides, does not pair (plan_attention then
+    // reports the paired cut).
+    EXPECT_EQ(decode_mma_config(p, h200, k.forced).pair_heads, !k.padded);
   }
 }
 
