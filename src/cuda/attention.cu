@@ -276,14 +276,12 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
         pc.num_splits = plan->decode.num_splits;
         pc.shared_memory_bytes =
             decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
-        pc.reason += plan->decode.pair_heads
-                         ? "; KV heads paired after all (the cache's head stride is 64; the two "
-                           "query groups side by side in the 8 columns): splits of " +
-                               std::to_string(plan->decode.chunk_tokens) + " tokens, at most " +
-                               std::to_string(pc.num_splits) + " per sequence"
-                         : "; KV heads not paired after all: splits of " +
-                               std::to_string(plan->decode.chunk_tokens) + " tokens, at most " +
-                               std::to_string(pc.num_splits) + " per sequence";
+        pc.reason += std::string(plan->decode.pair_heads
+                                     ? "; KV heads paired after all (the cache's head stride is "
+                                       "64; the two query groups side by side in the 8 columns)"
+                                     : "; KV heads not paired after all") +
+                     ": splits of " + std::to_string(plan->decode.chunk_tokens) +
+                     " tokens, at most " + std::to_string(pc.num_splits) + " per sequence";
       }
       if (plan->decode.small_kernel) {
         KernelChoice& c = state->choice;

@@ -222,9 +222,9 @@ struct DecodeMmaConfig {
   bool dependent_launch = false;
 };
 
-/// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: in a dense nhd
-/// block (CacheAccess::kNative) KV heads 2j and 2j + 1 of a token are 256 contiguous bytes,
-/// exactly a head-128 row. The CTA of pair j puts the query heads of KV head 2j into the MMA
+/// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: where the head
+/// stride is 64 elements, KV heads 2j and 2j + 1 of a token are 256 contiguous bytes, exactly
+/// a head-128 row. The CTA of pair j puts the query heads of KV head 2j into the MMA
 /// columns 0..gqa-1 with dims 64-127 zero, and those of 2j + 1 into columns gqa..2gqa-1 with
 /// dims 0-63 zero (a block-diagonal Q^T), so S^T = K Q^T gives every query head the scores of
 /// its own KV head; of O^T += V^T P^T each column keeps the 64 dims of its own KV head. With a

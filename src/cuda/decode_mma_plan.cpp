@@ -119,10 +119,10 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
     // than kLongChunkTokens: when units / ctas gives 2 to kMaxClusterSplits splits that merge
     // in a cluster (not a work-list call), of at most kLongChunkTokens (the measured range;
     // longer one-CTA-per-SM splits lost 2-3% to two CTAs per SM, see below), and the cut is
-    // balanced (the longest CTA within 25% of an even share of the work over the SMs). One CTA's 3 stages keep enough bytes in
-    // flight for its SM; the shorter cuts pay the merge kernel (work-list calls) or, filling
-    // the second CTA slot of every SM with clusters of 4 or more splits, can need a second
-    // wave (clusters are placed within a GPC). Measured on the H200 after the dependent-launch
+    // balanced (the longest CTA within 25% of an even share of the work over the SMs). One
+    // CTA's 3 stages keep enough bytes in flight for its SM; the shorter cuts pay the merge
+    // kernel (work-list calls) or, filling the second CTA slot of every SM with clusters of 4
+    // or more splits, can need a second wave (clusters are placed within a GPC). Measured on the H200 after the dependent-launch
     // merge (8 KV heads x 4096 tokens): batch 8 in 2 splits 41.0 us against 47.4 (8 splits,
     // work list) and 50.6 (4 splits, clusters of 4, 256 CTAs); batch 4 in 4 splits 25.7
     // against 27.6 (8 splits, work list). Not for batch 2 (8 splits of two sequences make a
