@@ -169,8 +169,10 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
   for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
     if (c.query_lens[i] > c.seq_lens[i])
       return invalid("sequence " + std::to_string(i) + ": --query-lens entry " +
-                     std::to_string(c.query_lens[i]) + " > --seq-lens entry " +
-                     std::to_string(c.seq_lens[i]) + " (seq_len includes the new tokens)");
+                     std::to_string(c.query_lens[i]) +
+                     (f.query_lens.empty() ? " (the default: one new token each)" : "") +
+                     " > --seq-lens entry " + std::to_string(c.seq_lens[i]) +
+                     " (seq_len includes the new tokens; --query-lens 0 skips a sequence)");
   }
   if (f.sliding_window < 0)
     return invalid("--sliding-window " + std::to_string(f.sliding_window) +

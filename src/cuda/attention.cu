@@ -187,7 +187,12 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
                                  "as one 256-byte row, their two query groups side by side in "
                                  "the 8 columns); "
-                               : "") +
+                 : !decode_mma_pairs_heads(problem, decode_mma_heads_adjacent(problem)) ? ""
+                 : cut.small_kernel
+                     ? "KV heads not paired (the small-call kernel, which has no paired form); "
+                     : "KV heads not paired (paired, the call would take the small-call kernel, "
+                       "which has no paired form, or the device lacks shared memory for the "
+                       "head-128 stages); ") +
                std::to_string(kDecodeStages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +

@@ -21,7 +21,10 @@ namespace {
 
 /// A number for a name: "5", "0p05", "m2" (letters, digits and '_' only).
 std::string num_tag(double v) {
-  std::string s = fmt::format("{:g}", v);
+  // Whole numbers as integers ({:g} would print 2147483647 as 2.14748e+09).
+  std::string s = v == std::floor(v) && std::fabs(v) < 1e18
+                      ? fmt::format("{}", static_cast<long long>(v))
+                      : fmt::format("{:g}", v);
   std::string out;
   for (char ch : s) {
     if (ch == '.')

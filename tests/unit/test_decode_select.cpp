@@ -569,6 +569,17 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
   const DecodeMmaConfig small = decode_mma_config(decode_problem({1024}, 32, 8, 64), h200, 0);
   EXPECT_TRUE(small.small_kernel);
   EXPECT_FALSE(small.pair_heads);
+  // explain's reason says which (a build without the CUDA backend selects no CUDA kernel).
+  auto w2_choice = select_kernel(w2, h200, PlanOptions{});
+  auto small_choice = select_kernel(decode_problem({1024}, 32, 8, 64), h200, PlanOptions{});
+  if (w2_choice.ok() && small_choice.ok()) {
+    EXPECT_NE(w2_choice->reason.find("KV heads paired"), std::string::npos) << w2_choice->reason;
+    EXPECT_NE(small_choice->reason.find("KV heads not paired (the small-call kernel"),
+              std::string::npos)
+        << small_choice->reason;
+  } else {
+    EXPECT_EQ(w2_choice.status().code(), StatusCode::kDeviceUnavailable);
+  }
   // A device without room for the head-128 stages: unpaired.
   const DeviceInfo small_smem =
       testing::synthetic_cuda_device(decode_mma_smem_bytes(128) - 1024, kH200Units, 9);
