@@ -32,9 +32,20 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    // CLI11 returns 0 for --help/--version; every real usage error is exit status 2.
-    return rc == 0 ? kExitOk : kExitInvalid;
+    // --help and --version (exit code 0), and errors before any subcommand: CLI11's own output.
+    const bool sub = argc > 1 && argv[1][0] != '-';
+    if (e.get_exit_code() == 0 || !sub) {
+      const int rc = app.exit(e);
+      return rc == 0 ? kExitOk : kExitInvalid;
+    }
+    // A subcommand's usage error in the format of its other failures ("pagedattn <command>:
+    // invalid_argument: ..." on stderr, and a JSON object on stdout under --json).
+    bool json = false;
+    for (int i = 2; i < argc; ++i) json |= std::string(argv[i]) == "--json";
+    return report_failure(argv[1],
+                          pagedattn::Status(pagedattn::StatusCode::kInvalidArgument,
+                                            std::string(e.what()) + " (see --help)"),
+                          json);
   }
   try {
     if (app.got_subcommand("run")) return run();

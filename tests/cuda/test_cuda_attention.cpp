@@ -416,6 +416,22 @@ TEST(CudaGraph, CaptureAndReplayEqualEager) {
   }
 }
 
+// A decode batch of the plan tests: 32/8 heads (nhd), bf16 queries, sinks, one new token per
+// sequence.
+ProblemSpec decode_spec_32_8(int head_size, const std::vector<int>& seq_lens, DType kv_dtype) {
+  ProblemSpec s;
+  s.layout = KVLayout::kNHD;
+  s.num_heads = 32;
+  s.num_kv_heads = 8;
+  s.head_size = head_size;
+  s.dtype = DType::kBFloat16;
+  s.kv_dtype = kv_dtype;
+  s.seq_lens = seq_lens;
+  s.query_lens.assign(seq_lens.size(), 1);
+  s.sinks = true;
+  return s;
+}
+
 // Decode calls whose splits merge in the merge kernel (a programmatic dependent launch of the
 // split kernel when not captured; a plain launch inside a capture), captured and replayed
 // against eager runs: one long sequence, a work list, and head 64 as KV-head pairs.
@@ -433,16 +449,7 @@ TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    ProblemSpec s;
-    s.layout = KVLayout::kNHD;
-    s.num_heads = 32;
-    s.num_kv_heads = 8;
-    s.head_size = c.head_size;
-    s.dtype = s.kv_dtype = DType::kBFloat16;
-    s.seq_lens = c.seq_lens;
-    s.query_lens.assign(c.seq_lens.size(), 1);
-    s.sinks = true;
-    auto p = Problem::make(s);
+    auto p = Problem::make(decode_spec_32_8(c.head_size, c.seq_lens, DType::kBFloat16));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     Problem& pr = **p;
     PA_ASSERT_OK(pr.plan());
@@ -504,16 +511,7 @@ TEST(CudaPlan, RunWithLongerSequencesThanPlanned) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    ProblemSpec s;
-    s.num_heads = 32;
-    s.num_kv_heads = 8;
-    s.head_size = 128;
-    s.dtype = DType::kBFloat16;
-    s.kv_dtype = c.kv;
-    s.seq_lens = c.real;
-    s.query_lens.assign(c.real.size(), 1);
-    s.sinks = true;
-    auto p = Problem::make(s);
+    auto p = Problem::make(decode_spec_32_8(128, c.real, c.kv));
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     Problem& pr = **p;
     const std::vector<std::int32_t> planned(c.planned.begin(), c.planned.end());
