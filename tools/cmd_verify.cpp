@@ -99,6 +99,10 @@ int run_verify(const VerifyFlags& flags) {
     std::printf("%-72s %-26s %10.3g %8.3g  %s\n", c.name.c_str(), to_string(r.choice.kernel),
                 r.max_abs_error, r.worst_ratio, r.pass ? "PASS" : "FAIL");
     if (!r.pass) std::printf("  %s\n", r.detail.c_str());
+    // A batch whose sequences all have query_len 0 writes no output: nothing was compared
+    // (the cache writes still were).
+    if (r.pass && r.elements_checked == 0)
+      std::printf("  (no output to compare: every sequence has --query-lens 0)\n");
     std::fflush(stdout);
   }
   if (json) {
