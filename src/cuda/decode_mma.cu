@@ -401,14 +401,18 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 #pragma unroll
           for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+          // Pairs: the dims of KV head 2g (k-steps 0..KSTEPS/2-1) go to sc, those of 2g + 1 to
+          // sc2, so that each column reads only its own head's products (a non-finite key of
+          // the other head times the zero half of the query would be NaN).
+          const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
           unsigned a[4];
           ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
             const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
-            if (ks & 1) mma16816<T>(sc2[nt], a, b0, b1);
+            if (kk & 1) mma16816<T>(sc2[nt], a, b0, b1);
             else mma16816<T>(sc[nt], a, b0, b1);
           }
         }
@@ -425,7 +429,8 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           for (int e = 0; e < 4; ++e) {
             const int b = e & 1;
             const int j = tw + (lane >> 2) + (e >> 1) * 8;
-            float z = sc[nt][e] + sc2[nt][e];
+            float z = !PAIR ? sc[nt][e] + sc2[nt][e]
+                            : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]);
             if (mods) {
               z *= p.scale;
               if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);

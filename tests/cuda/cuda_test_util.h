@@ -129,6 +129,9 @@ struct ProblemSpec {
   /// a base pointer the 16-byte fast paths must refuse at run time). Ignored with
   /// query_at_end.
   std::size_t query_offset_bytes = 0;
+  /// >= 0: key dim 0 of token 5 of sequence 0 of this KV head is +inf (an overflowed key);
+  /// check_against_oracle then skips the query heads of that KV head, whose outputs are NaN.
+  int inf_key_kv_head = -1;
 };
 
 class Problem {

@@ -458,6 +458,38 @@ TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
   }
 }
 
+// An overflowed key (+inf) in one KV head makes that head's outputs NaN and must leave every
+// other head alone, also where two head-64 KV heads share a CTA (decode_mma_pairs_heads): each
+// query column takes its scores from its own head's dims only. Both heads of a pair, GQA 1-4,
+// one split and several.
+TEST(CudaDecode, NonFiniteKeyStaysInItsHead) {
+  PA_SKIP_WITHOUT_GPU();
+  for (int gqa : {1, 2, 4})
+    for (int inf_head : {0, 1})
+      for (int splits : {0, 1}) {
+        SCOPED_TRACE("gqa " + std::to_string(gqa) + ", inf in KV head " +
+                     std::to_string(inf_head) + ", splits " + std::to_string(splits));
+        ProblemSpec s;
+        s.layout = KVLayout::kNHD;
+        s.num_kv_heads = 4;
+        s.num_heads = 4 * gqa;
+        s.head_size = 64;
+        s.dtype = s.kv_dtype = DType::kBFloat16;
+        s.seq_lens = {3000, 700};
+        s.query_lens = {1, 1};
+        s.inf_key_kv_head = inf_head;
+        s.plan.num_splits = splits;
+        auto p = Problem::make(s);
+        ASSERT_TRUE(p.ok()) << p.status().to_string();
+        Problem& pr = **p;
+        PA_ASSERT_OK(pr.plan());
+        PA_ASSERT_OK(pr.poison_outputs());
+        PA_ASSERT_OK(pr.run());
+        PA_ASSERT_OK(cuda::device_synchronize());
+        EXPECT_EQ(pr.check_against_oracle(), "");
+      }
+}
+
 // A decode graph is captured once and replayed while the sequences grow: the plan (split size,
 // split count, workspace) was made for shorter sequences than the device metadata now holds.
 // Every decode path must still cover all keys and stay inside its workspace (decode_split.h:
