@@ -796,11 +796,9 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    // Not while the stream is being captured into a graph: the GPU tests have not yet run a
-    // captured dependent launch (docs/performance.md), and a captured plain launch has.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    PA_CUDA_RETURN(cudaStreamIsCapturing(stream, &capture), "decode_mma: cudaStreamIsCapturing");
-    cfg.numAttrs = gr.dependent_launch && capture == cudaStreamCaptureStatusNone ? 1 : 0;
+    // Also inside a stream capture: the graph then holds a programmatic edge from the split
+    // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
+    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
     cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {

@@ -236,7 +236,7 @@ std::string Problem::check_against_oracle() const {
   return os.str();
 }
 
-void expect_graph_replay_equals_eager(Problem& pr) {
+void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges) {
   auto stream = cuda::testsupport::stream_create();
   ASSERT_TRUE(stream.ok());
   PA_ASSERT_OK(pr.run(*stream));
@@ -249,7 +249,7 @@ void expect_graph_replay_equals_eager(Problem& pr) {
   PA_ASSERT_OK(cuda::device_synchronize());
   PA_ASSERT_OK(cuda::testsupport::capture_begin(*stream));
   const Status run_st = pr.run(*stream);
-  auto exec = cuda::testsupport::capture_end(*stream);
+  auto exec = cuda::testsupport::capture_end(*stream, programmatic_edges);
   PA_ASSERT_OK(run_st);
   ASSERT_TRUE(exec.ok()) << exec.status().to_string();
   for (int replay = 0; replay < 2; ++replay) {

@@ -183,6 +183,6 @@ class Problem {
 /// run into a CUDA graph and replay it twice from poisoned outputs: every replay must give the
 /// eager output and LSE bit for bit. Fatal failures return early (wrap the call in
 /// ASSERT_NO_FATAL_FAILURE).
-void expect_graph_replay_equals_eager(Problem& pr);
+void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges = nullptr);
 
 }  // namespace pagedattn::cudatest

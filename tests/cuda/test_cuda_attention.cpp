@@ -432,9 +432,10 @@ ProblemSpec decode_spec_32_8(int head_size, const std::vector<int>& seq_lens, DT
   return s;
 }
 
-// Decode calls whose splits merge in the merge kernel (a programmatic dependent launch of the
-// split kernel when not captured; a plain launch inside a capture), captured and replayed
-// against eager runs: one long sequence, a work list, and head 64 as KV-head pairs.
+// Decode calls whose splits merge in the merge kernel, captured and replayed against eager runs:
+// one long sequence, a work list, and head 64 as KV-head pairs. On cc >= 9 the merge kernel is
+// a programmatic dependent launch of the split kernel, in the graph as well: one programmatic
+// edge.
 TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
   PA_SKIP_WITHOUT_GPU();
   struct Case {
@@ -454,7 +455,11 @@ TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
     Problem& pr = **p;
     PA_ASSERT_OK(pr.plan());
     EXPECT_GT(pr.attention_plan().choice().num_splits, 8) << "the merge kernel, not a cluster";
-    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
+    int programmatic = -1;
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr, &programmatic));
+    auto info = query_device(Device::cuda(0));
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(programmatic, info->cc_major >= 9 ? 1 : 0);
   }
 }
 
