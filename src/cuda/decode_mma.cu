@@ -429,50 +429,19 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           for (int e = 0; e < 4; ++e) {
             const int b = e & 1;
             const int j = tw + (lane >> 2) + (e >> 1) * 8;
-            float z = !PAIR ? sc[nt][e] + sc2[nt][e]
-                            : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]);
-            if (mods) {
-              z *= p.scale;
-              if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-              if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(j - q_pos);
-              z *= kLog2e;
-            } else {
-              z *= p.scale_log2;
-            }
+            float z = score_log2(
+                p,
+                !PAIR ? sc[nt][e] + sc2[nt][e]
+                      : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]),
+                mods, slope[nt][b], j - q_pos);
             if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
             sc[nt][e] = z;
             mx[nt][b] = fmaxf(mx[nt][b], z);
           }
         }
         float corr[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            float m = mx[nt][b];
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-            const float m_new = fmaxf(m_run[nt][b], m);
-            // Guard the all-masked case: -inf - -inf would be NaN.
-            corr[nt][b] = m_new == -INFINITY ? 1.f : ex2(m_run[nt][b] - m_new);
-            m_run[nt][b] = m_new;
-          }
         unsigned pb[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float pv[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float m = m_run[nt][e & 1];
-            pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
-          }
-          l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
-          l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
-          // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
-          pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
-          pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
-        }
+        online_softmax_step<T, NT>(mx, sc, m_run, l_run, corr, pb);
         // Once the running maxima settle (after a few tiles, typically) no accumulator needs
         // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
         bool moved = false;
