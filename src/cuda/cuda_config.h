@@ -106,8 +106,11 @@ Status stream_synchronize(void* stream);
 Status memset_device(void* ptr, int byte, std::size_t bytes);
 /// Begin capturing `stream` into a graph (global capture mode).
 Status capture_begin(void* stream);
-/// End the capture and instantiate the graph; returns an opaque cudaGraphExec_t.
-Result<void*> capture_end(void* stream);
+/// End the capture and instantiate the graph; returns an opaque cudaGraphExec_t. When
+/// `programmatic_edges` is given, it receives the number of the graph's edges of type
+/// cudaGraphDependencyTypeProgrammatic (a kernel launched as a programmatic dependent launch
+/// of the one before it).
+Result<void*> capture_end(void* stream, int* programmatic_edges = nullptr);
 Status graph_launch(void* graph_exec, void* stream);
 void graph_destroy(void* graph_exec);
 /// Number of CUDA devices (0 when none or without CUDA).

@@ -1,6 +1,7 @@
 // Pieces the two decode kernels share (decode_mma.cu: the pipelined kernel; decode_small.cu:
 // the one-tile-per-warp kernel of latency-bound calls): the kernel parameters, the split cut,
-// the output store and the thread-block-cluster primitives (sm_90, PTX ISA 8.0+).
+// the score transform and online-softmax step, the output store and the thread-block-cluster
+// primitives (sm_90, PTX ISA 8.0+).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +13,7 @@
 #include "src/cuda/cuda_common.cuh"
 #include "src/cuda/decode_split.h"
 #include "src/cuda/fast_div.h"
+#include "src/cuda/mma_common.cuh"
 
 namespace pagedattn::cuda::decode {
 
@@ -86,6 +88,61 @@ __device__ __forceinline__ int seq_splits(const DecodeParams& p, int s) {
   const int q0 = p.qsl[s * p.qsl_stride];
   if (p.qsl[(s + 1) * p.qsl_stride] - q0 != 1) return 0;
   return decode_num_splits(p.seq_lens[s * p.sl_stride], p.window, p.chunk, p.max_splits);
+}
+
+/// A raw score q.k in log2 units: times the softmax scale, then (when `mods`) soft-capped
+/// (softcap * tanh(z / softcap), Gemma 2) and ALiBi-biased by slope * (key position - query
+/// position) (`dist`), as the oracle does (DESIGN.md, the exact math); the scale is folded
+/// with log2(e) when there are no mods, so that the softmax takes one MUFU.EX2 per score.
+__device__ __forceinline__ float score_log2(const DecodeParams& p, float z, bool mods, float slope,
+                                            int dist) {
+  if (mods) {
+    z *= p.scale;
+    if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
+    if (p.alibi != nullptr) z += slope * static_cast<float>(dist);
+    return z * kLog2e;
+  }
+  return z * p.scale_log2;
+}
+
+/// One 16-token step of the online softmax (FlashAttention-2, log2 units) on the S^T fragment
+/// of a warp: `sc` holds the step's scores (16 tokens x 8 NT query-head columns; element e of
+/// a lane is column 2 (lane % 4) + e % 2, token lane / 4 + 8 (e / 2)), `mx` this lane's
+/// per-column maxima of them. Updates the running maxima and sums of the columns, returns in
+/// `corr` the factor the output accumulators must be multiplied by (1 where the maximum did
+/// not move or every score so far is masked: -inf - -inf would be NaN) and in `pb` the
+/// probabilities P^T as the B fragment of the P V MMA (k = tokens, through movmatrix).
+template <class T, int NT>
+__device__ __forceinline__ void online_softmax_step(const float (&mx)[NT][2],
+                                                    const float (&sc)[NT][4],
+                                                    float (&m_run)[NT][2], float (&l_run)[NT][2],
+                                                    float (&corr)[NT][2], unsigned (&pb)[NT][2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      float m = mx[nt][b];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+      const float m_new = fmaxf(m_run[nt][b], m);
+      corr[nt][b] = m_new == -INFINITY ? 1.f : ex2(m_run[nt][b] - m_new);
+      m_run[nt][b] = m_new;
+    }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float pv[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float m = m_run[nt][e & 1];
+      pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
+    }
+    l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
+    l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
+    // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
+    pb[nt][0] = mma::movmatrix_trans(mma::pack2<T>(pv[0], pv[1]));
+    pb[nt][1] = mma::movmatrix_trans(mma::pack2<T>(pv[2], pv[3]));
+  }
 }
 
 /// Output row of query token q0, head h: element d rounded to T, and the row's LSE (natural

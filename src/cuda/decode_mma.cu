@@ -401,14 +401,18 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 #pragma unroll
           for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+          // Pairs: the dims of KV head 2g (k-steps 0..KSTEPS/2-1) go to sc, those of 2g + 1 to
+          // sc2, so that each column reads only its own head's products (a non-finite key of
+          // the other head times the zero half of the query would be NaN).
+          const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
           unsigned a[4];
           ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
             const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
-            if (ks & 1) mma16816<T>(sc2[nt], a, b0, b1);
+            if (kk & 1) mma16816<T>(sc2[nt], a, b0, b1);
             else mma16816<T>(sc[nt], a, b0, b1);
           }
         }
@@ -425,49 +429,19 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           for (int e = 0; e < 4; ++e) {
             const int b = e & 1;
             const int j = tw + (lane >> 2) + (e >> 1) * 8;
-            float z = sc[nt][e] + sc2[nt][e];
-            if (mods) {
-              z *= p.scale;
-              if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-              if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(j - q_pos);
-              z *= kLog2e;
-            } else {
-              z *= p.scale_log2;
-            }
+            float z = score_log2(
+                p,
+                !PAIR ? sc[nt][e] + sc2[nt][e]
+                      : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]),
+                mods, slope[nt][b], j - q_pos);
             if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
             sc[nt][e] = z;
             mx[nt][b] = fmaxf(mx[nt][b], z);
           }
         }
         float corr[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            float m = mx[nt][b];
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-            m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-            const float m_new = fmaxf(m_run[nt][b], m);
-            // Guard the all-masked case: -inf - -inf would be NaN.
-            corr[nt][b] = m_new == -INFINITY ? 1.f : ex2(m_run[nt][b] - m_new);
-            m_run[nt][b] = m_new;
-          }
         unsigned pb[NT][2];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          float pv[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float m = m_run[nt][e & 1];
-            pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
-          }
-          l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
-          l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
-          // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).
-          pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
-          pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
-        }
+        online_softmax_step<T, NT>(mx, sc, m_run, l_run, corr, pb);
         // Once the running maxima settle (after a few tiles, typically) no accumulator needs
         // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
         bool moved = false;
@@ -791,11 +765,9 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    // Not while the stream is being captured into a graph: the GPU tests have not yet run a
-    // captured dependent launch (docs/performance.md), and a captured plain launch has.
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    PA_CUDA_RETURN(cudaStreamIsCapturing(stream, &capture), "decode_mma: cudaStreamIsCapturing");
-    cfg.numAttrs = gr.dependent_launch && capture == cudaStreamCaptureStatusNone ? 1 : 0;
+    // Also inside a stream capture: the graph then holds a programmatic edge from the split
+    // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
+    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
     cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {

@@ -48,6 +48,8 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
     return no("split layout with block_size % 8 != 0");
   if (pr.batch.num_seqs > 65535) return no("more than 65535 sequences");
+  // The grid's y dimension (grid mode: one CTA row per KV head; the small kernel likewise).
+  if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
   return true;
 }
 

@@ -253,47 +253,18 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
       for (int e = 0; e < 4; ++e) {
         const int b = e & 1;
         const int jt = t0 + g + (e >> 1) * 8;
-        float z = sc[nt][e] + sc2[nt][e];
-        if (mods) {
-          z *= p.scale;
-          if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
-          if (p.alibi != nullptr) z += slope[nt][b] * static_cast<float>(jt - q_pos);
-          z *= kLog2e;
-        } else {
-          z *= p.scale_log2;
-        }
+        float z = score_log2(p, sc[nt][e] + sc2[nt][e], mods, slope[nt][b], jt - q_pos);
         if (edge && (g + (e >> 1) * 8 >= tpw || jt < valid_lo || jt >= end)) z = -INFINITY;
         sc[nt][e] = z;
         mx[nt][b] = fmaxf(mx[nt][b], z);
       }
     }
     float corr[NT][2];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        float m = mx[nt][b];
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-        const float m_new = fmaxf(m_run[nt][b], m);
-        corr[nt][b] = m_new == -INFINITY ? 1.f : ex2(m_run[nt][b] - m_new);
-        m_run[nt][b] = m_new;
-      }
     unsigned pb[NT][2];
+    online_softmax_step<T, NT>(mx, sc, m_run, l_run, corr, pb);
+    if (seen) {  // the accumulators are still zero before the first tile
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float pv[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float m = m_run[nt][e & 1];
-        pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
-      }
-      l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
-      l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
-      pb[nt][0] = movmatrix_trans(pack2<T>(pv[0], pv[1]));
-      pb[nt][1] = movmatrix_trans(pack2<T>(pv[2], pv[3]));
-      if (seen) {  // the accumulators are still zero before the first tile
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < DT; ++i) {
           o[i][nt][0] *= corr[nt][0];
@@ -301,7 +272,6 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
           o[i][nt][2] *= corr[nt][0];
           o[i][nt][3] *= corr[nt][1];
         }
-      }
     }
     seen = true;
 #pragma unroll

@@ -2,6 +2,7 @@
 // public merge of two attention states, and the test-support entry points of cuda_config.h.
 // Every CUDA error becomes Status kInternal with the CUDA error string; "no GPU" becomes
 // kDeviceUnavailable.
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -266,10 +267,25 @@ Status capture_begin(void* stream) {
                  "cudaStreamBeginCapture");
   return Status::Ok();
 }
-Result<void*> capture_end(void* stream) {
+Result<void*> capture_end(void* stream, int* programmatic_edges) {
   cudaGraph_t graph = nullptr;
   PA_CUDA_RETURN(cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &graph),
                  "cudaStreamEndCapture");
+  if (programmatic_edges) {
+    std::size_t n = 0;
+    cudaError_t err = cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n);
+    std::vector<cudaGraphNode_t> from(n), to(n);
+    std::vector<cudaGraphEdgeData> data(n);
+    if (err == cudaSuccess && n > 0)
+      err = cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n);
+    if (err != cudaSuccess) (void)cudaGraphDestroy(graph);
+    PA_CUDA_RETURN(err, "cudaGraphGetEdges");
+    *programmatic_edges = static_cast<int>(
+        std::count_if(data.begin(), data.begin() + static_cast<std::ptrdiff_t>(n),
+                      [](const cudaGraphEdgeData& e) {
+                        return e.type == cudaGraphDependencyTypeProgrammatic;
+                      }));
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
   (void)cudaGraphDestroy(graph);

@@ -129,6 +129,9 @@ struct ProblemSpec {
   /// a base pointer the 16-byte fast paths must refuse at run time). Ignored with
   /// query_at_end.
   std::size_t query_offset_bytes = 0;
+  /// >= 0: key dim 0 of token 5 of sequence 0 of this KV head is +inf (an overflowed key);
+  /// check_against_oracle then skips the query heads of that KV head, whose outputs are NaN.
+  int inf_key_kv_head = -1;
 };
 
 class Problem {
@@ -180,6 +183,6 @@ class Problem {
 /// run into a CUDA graph and replay it twice from poisoned outputs: every replay must give the
 /// eager output and LSE bit for bit. Fatal failures return early (wrap the call in
 /// ASSERT_NO_FATAL_FAILURE).
-void expect_graph_replay_equals_eager(Problem& pr);
+void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges = nullptr);
 
 }  // namespace pagedattn::cudatest

@@ -432,9 +432,10 @@ ProblemSpec decode_spec_32_8(int head_size, const std::vector<int>& seq_lens, DT
   return s;
 }
 
-// Decode calls whose splits merge in the merge kernel (a programmatic dependent launch of the
-// split kernel when not captured; a plain launch inside a capture), captured and replayed
-// against eager runs: one long sequence, a work list, and head 64 as KV-head pairs.
+// Decode calls whose splits merge in the merge kernel, captured and replayed against eager runs:
+// one long sequence, a work list, and head 64 as KV-head pairs. On cc >= 9 the merge kernel is
+// a programmatic dependent launch of the split kernel, in the graph as well: one programmatic
+// edge.
 TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
   PA_SKIP_WITHOUT_GPU();
   struct Case {
@@ -454,8 +455,44 @@ TEST(CudaGraph, DecodeMergeKernelCaptureAndReplayEqualEager) {
     Problem& pr = **p;
     PA_ASSERT_OK(pr.plan());
     EXPECT_GT(pr.attention_plan().choice().num_splits, 8) << "the merge kernel, not a cluster";
-    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
+    int programmatic = -1;
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr, &programmatic));
+    auto info = query_device(Device::cuda(0));
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(programmatic, info->cc_major >= 9 ? 1 : 0);
   }
+}
+
+// An overflowed key (+inf) in one KV head makes that head's outputs NaN and must leave every
+// other head alone, also where two head-64 KV heads share a CTA (decode_mma_pairs_heads): each
+// query column takes its scores from its own head's dims only. Both heads of a pair, GQA 1-4,
+// one split and several.
+TEST(CudaDecode, NonFiniteKeyStaysInItsHead) {
+  PA_SKIP_WITHOUT_GPU();
+  for (int gqa : {1, 2, 4})
+    for (int inf_head : {0, 1})
+      for (int splits : {0, 1}) {
+        SCOPED_TRACE("gqa " + std::to_string(gqa) + ", inf in KV head " +
+                     std::to_string(inf_head) + ", splits " + std::to_string(splits));
+        ProblemSpec s;
+        s.layout = KVLayout::kNHD;
+        s.num_kv_heads = 4;
+        s.num_heads = 4 * gqa;
+        s.head_size = 64;
+        s.dtype = s.kv_dtype = DType::kBFloat16;
+        s.seq_lens = {3000, 700};
+        s.query_lens = {1, 1};
+        s.inf_key_kv_head = inf_head;
+        s.plan.num_splits = splits;
+        auto p = Problem::make(s);
+        ASSERT_TRUE(p.ok()) << p.status().to_string();
+        Problem& pr = **p;
+        PA_ASSERT_OK(pr.plan());
+        PA_ASSERT_OK(pr.poison_outputs());
+        PA_ASSERT_OK(pr.run());
+        PA_ASSERT_OK(cuda::device_synchronize());
+        EXPECT_EQ(pr.check_against_oracle(), "");
+      }
 }
 
 // A decode graph is captured once and replayed while the sequences grow: the plan (split size,

@@ -625,6 +625,19 @@ TEST(DecodeMmaSplits, PairsHeadsOfHead64WhereTwoHeadsAreOneRow) {
 // decode_mma_heads_adjacent reads the cache's strides: dense nhd blocks, padded pages and
 // blocks interleaved with other tensors keep two heads in one row; a head-strided view or the
 // hnd layout does not.
+// The grid holds at most 65535 KV heads (y) and sequences (z): beyond, the fast path declines
+// with a reason instead of failing the launch.
+TEST(DecodeMmaSupport, GridLimitsOfKvHeadsAndSequences) {
+  std::string why;
+  EXPECT_TRUE(decode_mma_rows_supported(decode_problem({100}, 65535, 65535, 128), &why)) << why;
+  EXPECT_FALSE(decode_mma_rows_supported(decode_problem({100}, 65536, 65536, 128), &why));
+  EXPECT_EQ(why, "more than 65535 KV heads");
+  EXPECT_TRUE(decode_mma_rows_supported(decode_problem(std::vector<int>(65535, 9), 8, 8, 64), &why))
+      << why;
+  EXPECT_FALSE(decode_mma_rows_supported(decode_problem(std::vector<int>(65536, 9), 8, 8, 64), &why));
+  EXPECT_EQ(why, "more than 65535 sequences");
+}
+
 TEST(DecodeMmaSplits, HeadsAdjacentFollowsTheHeadStride) {
   auto args_with = [](KVLayout layout, std::initializer_list<std::int64_t> shape,
                       std::initializer_list<std::int64_t> strides) {
