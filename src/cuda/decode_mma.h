@@ -226,8 +226,9 @@ struct DecodeMmaConfig {
 /// stride is 64 elements, KV heads 2j and 2j + 1 of a token are 256 contiguous bytes, exactly
 /// a head-128 row. The CTA of pair j puts the query heads of KV head 2j into the MMA
 /// columns 0..gqa-1 with dims 64-127 zero, and those of 2j + 1 into columns gqa..2gqa-1 with
-/// dims 0-63 zero (a block-diagonal Q^T), so S^T = K Q^T gives every query head the scores of
-/// its own KV head; of O^T += V^T P^T each column keeps the 64 dims of its own KV head. With a
+/// dims 0-63 zero (a block-diagonal Q^T). Each column's scores sum only the MMA k-steps of its
+/// own KV head's 64 dims (not the zero products with the other head, which a non-finite key
+/// would make NaN), and of O^T += V^T P^T each column keeps the 64 dims of its own KV head. With a
 /// GQA group of at most 4 the 2 gqa columns fit the 8 MMA columns, so the MMAs per K/V byte
 /// are those of the unpaired kernel, while each CTA streams twice the bytes through the
 /// head-128 pipeline (half the CTAs, each tile's fixed work amortised over 256-byte rows).
