@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what pagedattn needs on a fresh Debian/Ubuntu machine, then configure and build it
 # (Release, into ./build). The CUDA backend is built when nvcc is found (PATH or
-# /usr/local/cuda); set PAGEDATTN_CUDA=OFF to skip it.
+# /usr/local/cuda); set PAGEDATTN_CUDA=OFF to skip it. The build folder keeps that choice on later
+# runs (scripts/test.sh included) until PAGEDATTN_CUDA is set again (AUTO, ON or OFF).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,8 +24,12 @@ fi
 if [ "${PAGEDATTN_INSTALL_ONLY:-0}" = 1 ]; then exit 0; fi
 
 build_dir="${BUILD_DIR:-build}"
-cuda="${PAGEDATTN_CUDA:-AUTO}"
 jobs="${JOBS:-$(nproc)}"
-cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA="$cuda"
+# Only an explicit PAGEDATTN_CUDA overrides the build folder's setting: scripts/test.sh runs this
+# script again, and a folder configured with PAGEDATTN_CUDA=OFF must stay CPU-only (CMake's
+# default for a new folder is AUTO).
+cuda_flag=()
+if [ -n "${PAGEDATTN_CUDA+x}" ]; then cuda_flag=(-DPAGEDATTN_CUDA="$PAGEDATTN_CUDA"); fi
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}"
 cmake --build "$build_dir" -j "$jobs"
 echo "setup: built $build_dir/pagedattn"
