@@ -19,7 +19,8 @@
 #
 # $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, report.md,
 # bench.png and results.tgz (bench.json, bench.csv, bench_split.json, bench_dirty.json,
-# sdpa.json, sdpa_dirty.json, report.md, report_dirty.md). Exit status 0 iff every step passed.
+# sdpa.json, sdpa_dirty.json, report.md, report_dirty.md). Exit status 0 iff every step passed;
+# 3 without an NVIDIA GPU (nothing is built or run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,6 +62,11 @@ sanitizer_errors() {  # log -> "N errors" (memcheck/synccheck: ERROR SUMMARY; ra
 }
 
 echo "== gpu_check: logs in $OUT"
+if ! nvidia-smi -L > "$LOG/gpu.txt" 2>&1 || ! grep -q '^GPU ' "$LOG/gpu.txt"; then
+  # Without a GPU every GPU test skips itself: say so instead of reporting skipped steps as ok.
+  echo "gpu_check: no NVIDIA GPU on this machine (nvidia-smi -L: $(head -1 "$LOG/gpu.txt")); it needs one" >&2
+  exit 3
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
 
 # ---------------------------------------------------------------- build

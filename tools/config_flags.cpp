@@ -34,8 +34,9 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
   app->add_option("--seq-lens", f->seq_lens,
                   "KV length of each sequence including its new tokens, comma separated")
       ->capture_default_str();
-  app->add_option("--query-lens", f->query_lens,
-                  "new tokens of each sequence (default: 1 each; 0 skips a sequence)");
+  f->query_lens_option =
+      app->add_option("--query-lens", f->query_lens,
+                      "new tokens of each sequence (default: 1 each; 0 skips a sequence)");
   app->add_option("--sliding-window", f->sliding_window, "window length in keys (0 = off)")
       ->capture_default_str();
   app->add_option("--softcap", f->softcap, "logit softcap (0 = off)")->capture_default_str();
@@ -155,7 +156,8 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
   auto seq_lens = parse_int_list(f.seq_lens, "--seq-lens");
   if (!seq_lens.ok()) return seq_lens.status();
   c.seq_lens = *seq_lens;
-  if (f.query_lens.empty()) {
+  const bool query_lens_given = f.query_lens_option != nullptr && f.query_lens_option->count() > 0;
+  if (!query_lens_given) {
     c.query_lens.assign(c.seq_lens.size(), 1);
   } else {
     auto q = parse_int_list(f.query_lens, "--query-lens");
@@ -170,7 +172,7 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
     if (c.query_lens[i] > c.seq_lens[i])
       return invalid("sequence " + std::to_string(i) + ": --query-lens entry " +
                      std::to_string(c.query_lens[i]) +
-                     (f.query_lens.empty() ? " (the default: one new token each)" : "") +
+                     (query_lens_given ? "" : " (the default: one new token each)") +
                      " > --seq-lens entry " + std::to_string(c.seq_lens[i]) +
                      " (seq_len includes the new tokens; --query-lens 0 skips a sequence)");
   }

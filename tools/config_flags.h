@@ -24,7 +24,9 @@ struct ConfigFlags {
   std::string dtype = "fp16";
   std::string kv_dtype = "auto";
   std::string seq_lens = "1,17,544";
-  std::string query_lens;  // empty = 1 for every sequence
+  std::string query_lens;  // not given = 1 for every sequence
+  /// The --query-lens option, to tell "not given" (the default) from an empty list (an error).
+  const CLI::Option* query_lens_option = nullptr;
   int sliding_window = 0;
   float softcap = 0.0f;
   bool alibi = false;
