@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "src/cuda/cuda_common.cuh"
@@ -240,6 +241,28 @@ __device__ __forceinline__ void st_async_v4(unsigned remote, float a, float b, f
       "[%5];" ::"r"(remote),
       "f"(a), "f"(b), "f"(c), "f"(d), "r"(remote_bar)
       : "memory");
+}
+
+/// Launch `kernel(p)` on `grid` x `threads` with `smem_bytes` of dynamic shared memory, in
+/// thread-block clusters of `cluster_x` CTAs along x (sm_90; both decode kernels put a
+/// (sequence, KV head)'s splits in one cluster). Returns the launch's CUDA error.
+template <class Kernel>
+inline cudaError_t launch_in_x_clusters(Kernel kernel, dim3 grid, unsigned threads,
+                                        std::size_t smem_bytes, unsigned cluster_x,
+                                        cudaStream_t stream, const DecodeParams& p) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster_x;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
 /// Launch the small-call kernel (decode_small.cu) for `p` (p.max_splits splits of 2-8,

@@ -738,19 +738,9 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kDecodeThreads);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(gr.num_splits);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    PA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, p), "decode_mma: cluster launch");
+    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kDecodeThreads, static_cast<std::size_t>(smem),
+                                        static_cast<unsigned>(gr.num_splits), stream, p),
+                   "decode_mma: cluster launch");
     return Status::Ok();
   }
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);

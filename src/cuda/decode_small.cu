@@ -432,21 +432,13 @@ Status launch_small(const DecodeParams& p, int num_kv_heads, int num_seqs,
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(decode_small_smem_max_bytes(HEAD, gqa_cols))),
                  "decode_small: cudaFuncSetAttribute");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.max_splits), static_cast<unsigned>(num_kv_heads),
-                     static_cast<unsigned>(num_seqs));
-  cfg.blockDim = dim3(kSmallMaxWarps * 32);
-  cfg.dynamicSmemBytes =
+  const dim3 grid(static_cast<unsigned>(p.max_splits), static_cast<unsigned>(num_kv_heads),
+                  static_cast<unsigned>(num_seqs));
+  const auto smem =
       static_cast<std::size_t>(decode_small_smem_bytes(HEAD, gqa_cols, p.max_splits));
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(p.max_splits);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  PA_CUDA_RETURN(cudaLaunchKernelEx(&cfg, kernel, p), "decode_small: cluster launch");
+  PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kSmallMaxWarps * 32, smem,
+                                      static_cast<unsigned>(p.max_splits), stream, p),
+                 "decode_small: cluster launch");
   return Status::Ok();
 }
 
