@@ -106,6 +106,36 @@ __device__ __forceinline__ float score_log2(const DecodeParams& p, float z, bool
   return z * p.scale_log2;
 }
 
+/// The online softmax's start: running maxima -inf, sums 0, output accumulators (O^T
+/// fragments: DT 16-dim row tiles x NT 8-head column tiles, 4 floats per lane) 0.
+template <int NT, int DT>
+__device__ __forceinline__ void online_softmax_init(float (&m_run)[NT][2], float (&l_run)[NT][2],
+                                                    float (&o)[DT][NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    m_run[nt][0] = m_run[nt][1] = -INFINITY;
+    l_run[nt][0] = l_run[nt][1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < DT; ++i) o[i][nt][0] = o[i][nt][1] = o[i][nt][2] = o[i][nt][3] = 0.f;
+  }
+}
+
+/// Multiply the output accumulators by the correction factors of online_softmax_step (lane
+/// element e of a fragment is head column 2 (lane % 4) + e % 2).
+template <int NT, int DT>
+__device__ __forceinline__ void rescale_accumulators(float (&o)[DT][NT][4],
+                                                     const float (&corr)[NT][2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < DT; ++i) {
+      o[i][nt][0] *= corr[nt][0];
+      o[i][nt][1] *= corr[nt][1];
+      o[i][nt][2] *= corr[nt][0];
+      o[i][nt][3] *= corr[nt][1];
+    }
+}
+
 /// One 16-token step of the online softmax (FlashAttention-2, log2 units) on the S^T fragment
 /// of a warp: `sc` holds the step's scores (16 tokens x 8 NT query-head columns; element e of
 /// a lane is column 2 (lane % 4) + e % 2, token lane / 4 + 8 (e / 2)), `mx` this lane's

@@ -249,13 +249,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 
     float m_run[NT][2], l_run[NT][2];
     float o[DT][NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      m_run[nt][0] = m_run[nt][1] = -INFINITY;
-      l_run[nt][0] = l_run[nt][1] = 0.f;
-#pragma unroll
-      for (int i = 0; i < DT; ++i) o[i][nt][0] = o[i][nt][1] = o[i][nt][2] = o[i][nt][3] = 0.f;
-    }
+    online_softmax_init(m_run, l_run, o);
 
     if (has_work) {
       // Query rows of the GQA group (rows >= gqa are zero and never written back).
@@ -447,17 +441,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         bool moved = false;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
-        if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < DT; ++i) {
-              o[i][nt][0] *= corr[nt][0];
-              o[i][nt][1] *= corr[nt][1];
-              o[i][nt][2] *= corr[nt][0];
-              o[i][nt][3] *= corr[nt][1];
-            }
-        }
+        if (__any_sync(0xffffffffu, moved)) rescale_accumulators(o, corr);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           // A fragment of V^T (16 dims x 16 tokens).

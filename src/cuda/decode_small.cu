@@ -170,13 +170,7 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
 
   float m_run[NT][2], l_run[NT][2];
   float o[DT][NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    m_run[nt][0] = m_run[nt][1] = -INFINITY;
-    l_run[nt][0] = l_run[nt][1] = 0.f;
-#pragma unroll
-    for (int i = 0; i < DT; ++i) o[i][nt][0] = o[i][nt][1] = o[i][nt][2] = o[i][nt][3] = 0.f;
-  }
+  online_softmax_init(m_run, l_run, o);
   const bool mods = p.softcap > 0.f || p.alibi != nullptr;
   const int q_pos = len - 1;
   const char* kbase = static_cast<const char*>(p.k) + static_cast<std::int64_t>(kvh) * p.k_head * 2;
@@ -262,17 +256,7 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
     float corr[NT][2];
     unsigned pb[NT][2];
     online_softmax_step<T, NT>(mx, sc, m_run, l_run, corr, pb);
-    if (seen) {  // the accumulators are still zero before the first tile
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < DT; ++i) {
-          o[i][nt][0] *= corr[nt][0];
-          o[i][nt][1] *= corr[nt][1];
-          o[i][nt][2] *= corr[nt][0];
-          o[i][nt][3] *= corr[nt][1];
-        }
-    }
+    if (seen) rescale_accumulators(o, corr);  // the accumulators are still zero before the first tile
     seen = true;
 #pragma unroll
     for (int j = 0; j < J; ++j)
