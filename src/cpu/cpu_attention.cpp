@@ -335,15 +335,18 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
           tile_max = std::max(tile_max, z);
         }
         const float m_new = std::max(sc.m[p], tile_max);
-        if (m_new == kNegInf) continue;  // every logit so far is -inf: nothing to add
+        // std::max drops NaN logits, so m_new stays -inf when every logit so far is -inf
+        // (masked) or NaN. Exponentiate relative to 0 then: masked weights are 0 and NaN
+        // ones NaN, as in the oracle, where skipping the row made its output finite.
+        const float base = m_new == kNegInf ? 0.0f : m_new;
         float* accp = &sc.acc[static_cast<std::size_t>(p) * D];
-        const float alpha = std::exp(sc.m[p] - m_new);
+        const float alpha = std::exp(sc.m[p] - base);
         if (alpha != 1.0f) {
           for (int d = 0; d < D; ++d) accp[d] *= alpha;
         }
         float l = sc.l[p] * alpha;
         for (int j = j_begin; j < j_end; ++j) {
-          const float w = std::exp(sc.z[j] - m_new);
+          const float w = std::exp(sc.z[j] - base);
           l += w;
           const float* vj = &sc.v[static_cast<std::size_t>(j) * D];
           for (int d = 0; d < D; ++d) accp[d] += w * vj[d];

@@ -110,28 +110,27 @@ __global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
     const std::int64_t head = r - tr * p.num_heads;
     float mx = -INFINITY;
     for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.part_lse[s * split_stride + r]);
-    mx = warp_max(mx);
+    // mx is -inf when every split is empty or NaN (NaN scores): softmax_base keeps NaN.
+    mx = softmax_base(warp_max(mx));
     float sum = 0.f;
-    if (mx != -INFINITY)
-      for (int s = lane; s < S; s += 32) {
-        const float l = p.part_lse[s * split_stride + r];
-        if (l != -INFINITY) sum += expf(l - mx);
-      }
+    for (int s = lane; s < S; s += 32) {
+      const float l = p.part_lse[s * split_stride + r];
+      if (l != -INFINITY) sum += expf(l - mx);
+    }
     sum = warp_sum(sum);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const float inv = sum != 0.f ? 1.f / sum : 0.f;
     Q* o = static_cast<Q*>(p.out) + tr * p.o0 + head * p.o1;
     for (int d = lane; d < D; d += 32) {
       float a = 0.f;
-      if (mx != -INFINITY) {
-        for (int s = 0; s < S; ++s) {
-          const float l = p.part_lse[s * split_stride + r];
-          if (l != -INFINITY) a = fmaf(expf(l - mx), p.part_out[(s * split_stride + r) * D + d], a);
-        }
+      for (int s = 0; s < S; ++s) {
+        const float l = p.part_lse[s * split_stride + r];
+        // An empty split's partial output is never read (it may be garbage).
+        if (l != -INFINITY) a = fmaf(expf(l - mx), p.part_out[(s * split_stride + r) * D + d], a);
       }
       store_rounded<Q>(o + d, a * inv);
     }
     if (p.lse && lane == 0)
-      p.lse[tr * p.l0 + head * p.l1] = (mx != -INFINITY && sum > 0.f) ? mx + logf(sum) : -INFINITY;
+      p.lse[tr * p.l0 + head * p.l1] = sum != 0.f ? mx + logf(sum) : -INFINITY;
   }
 }
 

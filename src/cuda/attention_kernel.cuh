@@ -322,12 +322,11 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
       const float mx = warp_max(fmaxf(v0, v1));
       const float m_old = sRunMax[m];
       const float m_new = fmaxf(m_old, mx);
-      float alpha = 1.f, p0 = 0.f, p1 = 0.f;
-      if (m_new != -INFINITY) {
-        alpha = expf(m_old - m_new);
-        p0 = expf(v0 - m_new);
-        p1 = expf(v1 - m_new);
-      }
+      // alpha is 0 rather than 1 while m_new is -inf: the state is then 0 (or NaN) anyway.
+      const float base = softmax_base(m_new);
+      const float alpha = expf(m_old - base);
+      const float p0 = expf(v0 - base);
+      const float p1 = expf(v1 - base);
       if (lane < T4) srow[lane] = p0;
       if (lane + 32 < T4) srow[lane + 32] = p1;
       const float sum = warp_sum(p0 + p1);
@@ -383,8 +382,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
     const int m = warp + 4 * k;
     const float l = sRunSum[m];
     const float mrow = sRunMax[m];
-    const float inv = l > 0.f ? p.v_scale / l : 0.f;
-    const float lse = l > 0.f ? mrow + logf(l) : -INFINITY;
+    // NaN scores make l NaN, which passes through both (l != 0).
+    const float inv = l != 0.f ? p.v_scale / l : 0.f;
+    const float lse = l != 0.f ? softmax_base(mrow) + logf(l) : -INFINITY;
     const std::int64_t tr = sTok[m];
     const std::int64_t head = sHead[m];
     if (p.num_splits == 1) {

@@ -171,6 +171,18 @@ __device__ __forceinline__ float2 load_pair(const unsigned char* p) {
 
 // ------------------------------------------------------------------ warp helpers
 
+/// The value an online softmax subtracts before exponentiating, given the running maximum `m`
+/// of the scores seen so far (fmaxf, so NaN scores never raise it): `m` itself, or 0 while
+/// it is still -inf. A row whose scores so far are all -inf (masked) then gets exp(-inf - 0)
+/// = 0 weights without a select per score, and a row whose scores are all NaN (a NaN query,
+/// inf x 0 in a dot product) gets NaN weights, hence a NaN output and LSE, as the oracle
+/// (reference_attention) does. Testing `m == -inf` per score and skipping the row, as the
+/// kernels did before, silently turned such a row into output 0 and LSE -inf. Every partial
+/// state whose maximum is -inf then holds only 0s or NaNs, so the factor exp(m - base)
+/// that later rescales it may be anything finite.
+__device__ __forceinline__ float softmax_base(float m) { return m == -INFINITY ? 0.f : m; }
+
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));

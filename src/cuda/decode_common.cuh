@@ -142,7 +142,8 @@ __device__ __forceinline__ void rescale_accumulators(float (&o)[DT][NT][4],
 /// per-column maxima of them. Updates the running maxima and sums of the columns, returns in
 /// `corr` the factor the output accumulators must be multiplied by (1 where the maximum did
 /// not move or every score so far is masked: -inf - -inf would be NaN) and in `pb` the
-/// probabilities P^T as the B fragment of the P V MMA (k = tokens, through movmatrix).
+/// probabilities P^T as the B fragment of the P V MMA (k = tokens, through movmatrix). The
+/// probabilities are taken relative to softmax_base, so NaN scores stay NaN.
 template <class T, int NT>
 __device__ __forceinline__ void online_softmax_step(const float (&mx)[NT][2],
                                                     const float (&sc)[NT][4],
@@ -162,12 +163,10 @@ __device__ __forceinline__ void online_softmax_step(const float (&mx)[NT][2],
     }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
+    const float base[2] = {softmax_base(m_run[nt][0]), softmax_base(m_run[nt][1])};
     float pv[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float m = m_run[nt][e & 1];
-      pv[e] = m == -INFINITY ? 0.f : ex2(sc[nt][e] - m);
-    }
+    for (int e = 0; e < 4; ++e) pv[e] = ex2(sc[nt][e] - base[e & 1]);
     l_run[nt][0] = l_run[nt][0] * corr[nt][0] + pv[0] + pv[2];
     l_run[nt][1] = l_run[nt][1] * corr[nt][1] + pv[1] + pv[3];
     // (tokens 0-7 | 8-15) x 8 heads, transposed into the B fragment (k = tokens).

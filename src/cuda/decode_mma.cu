@@ -486,19 +486,18 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
-        f[nt][b] = m_run[nt][b] == -INFINITY ? 0.f : ex2(m_run[nt][b] - M);
+        const float base = softmax_base(M);
+        f[nt][b] = ex2(m_run[nt][b] - base);
         if (warp == 0 && lane < 4) {
           float L = 0.f;
 #pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const float mw = red_m[w * NH + h];
-            if (mw != -INFINITY) L += red_l[w * NH + h] * ex2(mw - M);
-          }
+          for (int w = 0; w < 4; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
           // Per head, once: the factor that turns the summed accumulator into this CTA's
           // output (or partial output) and the LSE that goes with it (natural log). A split
           // without keys (cluster mode only) has L = 0 and M = -inf: weight 0 in the merge.
-          float scale = L > 0.f ? 1.f / L : 0.f;
-          float lse = L > 0.f ? M * kLn2 + __logf(L) : -INFINITY;
+          // NaN scores make L NaN, and NaN passes through both (L != 0).
+          float scale = L != 0.f ? 1.f / L : 0.f;
+          float lse = L != 0.f ? base * kLn2 + __logf(L) : -INFINITY;
           if (single && p.sinks != nullptr && h < p.gqa) {
             // The sink joins the softmax denominator only (its value row is zero).
             const float Ms = M * kLn2;
@@ -587,15 +586,17 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
           M = fmaxf(M, sk);
         }
-        float den = sk == -INFINITY ? 0.f : __expf(sk - M), acc = 0.f;
+        // M is -inf when every split's LSE is NaN (NaN scores): softmax_base keeps them NaN.
+        const float base = softmax_base(M);
+        float den = __expf(sk - base), acc = 0.f;
 #pragma unroll
         for (int k = 0; k < kMaxClusterSplits; ++k) {
           // Weight 0 for an empty split or a rank past the cluster.
-          const float w = lse_k[k] == -INFINITY ? 0.f : __expf(lse_k[k] - M);
+          const float w = lse_k[k] == -INFINITY ? 0.f : __expf(lse_k[k] - base);
           den += w;
           acc += w * o_k[k];
         }
-        store_output<T>(p, q0, h, d, acc / den, M + __logf(den));
+        store_output<T>(p, q0, h, d, acc / den, base + __logf(den));
       }
     }
     __syncthreads();  // the next item reuses shared memory and s_work
@@ -652,14 +653,20 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
     float mb = m;
 #pragma unroll
     for (int u = 0; u < U; ++u) mb = fmaxf(mb, lse[u]);
-    if (mb == -INFINITY) continue;  // only empty splits so far
-    const float r = __expf(m - mb);  // 0 while m is -inf
+    bool any = false;  // a split with keys, or with NaN scores (NaN != -inf)
+#pragma unroll
+    for (int u = 0; u < U; ++u) any |= lse[u] != -INFINITY;
+    if (!any) continue;  // only empty splits in this batch: nothing to add
+    // While mb is -inf the state holds only 0s (empty splits) or NaNs (splits whose scores
+    // were all NaN), which the NaN weights below keep.
+    const float mb_base = softmax_base(mb);
+    const float r = __expf(m - mb_base);  // 0 while m is -inf
     l *= r;
 #pragma unroll
     for (int k = 0; k < 4; ++k) acc[k] *= r;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const float w = __expf(lse[u] - mb);  // 0 for an empty split (-inf)
+      const float w = __expf(lse[u] - mb_base);  // 0 for an empty split (-inf)
       l += w;
       acc[0] += w * o[u].x;
       acc[1] += w * o[u].y;
@@ -683,15 +690,17 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
     sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
     M = fmaxf(M, sk);
   }
-  float den = sk == -INFINITY ? 0.f : __expf(sk - M);
+  const float m_base = softmax_base(M);
+  float den = __expf(sk - m_base);
   float out[4] = {0.f, 0.f, 0.f, 0.f};
   for (int j = 0; j < G; ++j) {
-    const float w = s_m[j] == -INFINITY ? 0.f : __expf(s_m[j] - M);
+    // A group that saw only empty splits (m -inf) weighs 0; its l and acc are 0, or NaN.
+    const float w = __expf(s_m[j] - m_base);
     den += w * s_l[j];
 #pragma unroll
     for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
   }
-  const float lse_total = M + __logf(den);
+  const float lse_total = m_base + __logf(den);
 #pragma unroll
   for (int k = 0; k < 4; ++k) store_output<T>(p, q0, h, 4 * c + k, out[k] / den, lse_total);
 }

@@ -311,22 +311,22 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
     float mh[NW];
 #pragma unroll
     for (int w = 0; w < NW; ++w) mh[w] = s_m[w][h];
-    const float M = tree_max<NW>(mh);
+    const float M = softmax_base(tree_max<NW>(mh));
     float e[PAIRS], el[PAIRS];
 #pragma unroll
     for (int i = 0; i < PAIRS; ++i) {
       const int w = (32 * i + lane) / NH;
-      const float m = s_m[w][h];
-      e[i] = m == -INFINITY ? 0.f : ex2(m - M);
+      e[i] = ex2(s_m[w][h] - M);  // 0 for a warp without keys; its l is 0 (or NaN)
       el[i] = e[i] * s_l[w][h];
     }
     float L = tree_sum<PAIRS>(el);
 #pragma unroll
     for (int o2 = NH; o2 < 32; o2 <<= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
-    const float inv = L > 0.f ? 1.f / L : 0.f;
+    // NaN scores make L NaN, which passes through both (L != 0).
+    const float inv = L != 0.f ? 1.f / L : 0.f;
 #pragma unroll
     for (int i = 0; i < PAIRS; ++i) s_wt[32 * i + lane] = e[i] * inv;
-    if (lane < NH) s_wt[NW * NH + h] = L > 0.f ? M + __log2f(L) : -INFINITY;  // -inf: no keys
+    if (lane < NH) s_wt[NW * NH + h] = L != 0.f ? M + __log2f(L) : -INFINITY;  // -inf: no keys
   }
   __syncwarp();
 
@@ -389,20 +389,22 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
       v[r] = rx_o[((k * csize + src) * 8 + row) * NH + h];
     }
     lk[R] = s_sink[h];  // the sink joins the denominator only
-    const float M = tree_max<R + 1>(lk);
+    // M is -inf when every LSE is NaN (NaN scores): softmax_base keeps them NaN.
+    const float M = softmax_base(tree_max<R + 1>(lk));
 #pragma unroll
     for (int r = 0; r <= R; ++r) w[r] = lk[r] == -INFINITY ? 0.f : ex2(lk[r] - M);
 #pragma unroll
     for (int r = 0; r < R; ++r) wv[r] = w[r] * v[r];
     const float den = tree_sum<R + 1>(w);
-    // den >= 1 when any split or the sink has a finite LSE (its term is 2^0).
+    // den >= 1 when any split or the sink has a finite LSE (its term is 2^0), NaN when one is
+    // NaN.
     const int d = dim_of(rank + csize * k, row);
     store_rounded(out + static_cast<std::int64_t>(kvh * p.gqa + h) * p.o_head + d,
-                  den > 0.f ? __fdividef(tree_sum<R>(wv), den) : 0.f);
+                  den != 0.f ? __fdividef(tree_sum<R>(wv), den) : 0.f);
     if (p.lse != nullptr && d == 0)
       p.lse[static_cast<std::int64_t>(q0) * p.l_tok +
             static_cast<std::int64_t>(kvh * p.gqa + h) * p.l_head] =
-          den > 0.f ? (M + __log2f(den)) * kLn2 : -INFINITY;
+          den != 0.f ? (M + __log2f(den)) * kLn2 : -INFINITY;
   }
 }
 

@@ -322,12 +322,13 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
       m_run[h] = m_new;
     }
     float ps[2] = {0.f, 0.f};
+    const float base[2] = {softmax_base(m_run[0]), softmax_base(m_run[1])};
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const float pv = m_run[h] == -INFINITY ? 0.f : exp2f(sc[n][e] - m_run[h]);
+        const float pv = exp2f(sc[n][e] - base[h]);
         sc[n][e] = pv;
         ps[h] += pv;
       }
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    inv[h] = l_run[h] > 0.f ? 1.f / l_run[h] : 0.f;
+    inv[h] = l_run[h] != 0.f ? 1.f / l_run[h] : 0.f;  // NaN (NaN scores) passes through
   }
   T* so = sK + warp * 16 * HEAD;
   {
@@ -441,7 +442,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
         const std::int64_t tok = q0 + tb + rr / G;
         const std::int64_t head = g * G + rr % G;
         p.lse[tok * p.l_tok + head * p.l_head] =
-            l_run[h] > 0.f ? (m_run[h] + log2f(l_run[h])) * kLn2 : -INFINITY;
+            l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : -INFINITY;
       }
     }
   }

@@ -106,6 +106,7 @@ std::string case_name(const CaseConfig& c) {
   if (c.strided_metadata) n += "_stridedmeta";
   if (c.slot_dtype == DType::kInt32) n += "_i32slots";
   if (!c.lse) n += "_nolse";
+  if (c.nan_query) n += "_nanq";
   if (!c.tag.empty()) {
     n += "_" + c.tag;
   } else {
@@ -878,6 +879,42 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 64, 8, 2, b16, 1, 8, 0, {{3000, 1}, {40, 7}, {700, 1}}, {}},  // mixed
     };
     add_decode_table(ps, "dpair", {1, 2, 6});
+  }
+
+  // An upstream NaN in the query (CaseConfig::nan_query) through every kernel: on an H200 the
+  // small-call kernel (W7's shape), the pipelined kernel with one split (direct store), with a
+  // cluster merge and with the merge kernel (one long sequence, many forced splits), head-64
+  // pairs, the prefill kernel (query chunks), the tiled kernel with its split merge (head 96,
+  // fp32 queries), and sinks, which join the denominator that NaN must still reach. The rows'
+  // scores are all NaN, so a kernel that skips a row whose running maximum is still -inf
+  // writes 0 and -inf there instead of NaN. On the CPU these are ordinary cases too.
+  {
+    const DecodeCase ns[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0, {{1024, 1}}, {}},
+        {KVLayout::kNHD, 16, 128, 32, 8, f16, 1, 0, 1, {{3000, 1}, {1, 1}, {20, 0}, {700, 1}}, {}},
+        {KVLayout::kHND, 16, 128, 16, 4, b16, 3, 0, 4, {{900, 1}}, {}},
+        {KVLayout::kNHD, 16, 128, 16, 4, b16, 1, 0, 70, {{9000, 1}}, {}},
+        {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},
+        {KVLayout::kSplit, 16, 128, 32, 8, f16, 3, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},
+    };
+    int i = 0;
+    for (const DecodeCase& d : ns) {
+      ++i;
+      if (quick && i % 2 == 0) continue;
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
+      set_lengths(&c, d.lens);
+      set_decode_features(&c, d.feature, d.pad, d.splits);
+      c.nan_query = true;
+      c.tag = "nan" + std::to_string(i);
+      add(c);
+    }
+    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
+    set_lengths(&c, {{400, 1}, {70, 9}});
+    c.plan.num_splits = 3;
+    c.sinks = true;
+    c.nan_query = true;
+    c.tag = "nan7";
+    add(c);
   }
 
   // Heavy cases for the GPU only (DESIGN.md §4: run without the sanitizer).

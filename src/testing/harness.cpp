@@ -311,8 +311,10 @@ struct RowLocator {
   }
 };
 
-/// Element-wise |got - ref| <= atol + rtol * |ref| with NaN never passing; records the worst
-/// ratio and the first failure into `result`.
+/// Element-wise |got - ref| <= atol + rtol * |ref|; records the worst ratio and the first
+/// failure into `result`. NaN passes only where the reference is NaN (an input NaN the
+/// oracle propagates, CaseConfig::nan_query); a NaN the reference lacks (a stray read of
+/// poisoned memory) always fails, and so does a number where the reference is NaN.
 class Comparator {
  public:
   Comparator(Tolerance tol, CaseResult* result) : tol_(tol), result_(result) {}
@@ -320,6 +322,16 @@ class Comparator {
   template <class Describe>
   void check(double got, double ref, Describe describe) {
     ++result_->elements_checked;
+    if (std::isnan(ref)) {
+      if (!std::isnan(got)) {
+        ++failures_;
+        result_->worst_ratio = std::numeric_limits<double>::infinity();
+        if (first_.empty())
+          first_ = fmt::format("{} = {:.8g}, reference NaN (an input NaN must reach it)",
+                               describe(), got);
+      }
+      return;
+    }
     const double err = std::fabs(got - ref);
     const double budget = tol_.atol + tol_.rtol * std::fabs(ref);
     const bool bad = !(err <= budget);  // NaN in either side fails
@@ -569,6 +581,13 @@ CaseResult run_case_checked(const CaseConfig& c) {
       for (std::int64_t d = 0; d < D; ++d)
         numeric::store_from_float(q_bytes.data(), c.dtype, t * tok_stride + h * head_stride + d,
                                   rng.uniform(-1.0f, 1.0f));
+  if (c.nan_query) {
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H; ++h)
+        if ((7 * t + h) % 5 == 0)
+          numeric::store_from_float(q_bytes.data(), c.dtype,
+                                    t * tok_stride + h * head_stride + (t + 3 * h) % D, NAN);
+  }
   const std::vector<std::uint8_t> out_init = poisoned_bytes(c.dtype, act_elems);
   // lse rows are 2 floats apart beyond num_heads with strided metadata (strided output).
   const std::int64_t lse_stride = H + (c.strided_metadata ? 2 : 0);
