@@ -148,13 +148,14 @@ Status paged_attention(const AttentionArgs& args, const HostMetadata& host, Stre
   if (args.query.device.type == DeviceType::kCUDA) {
     void* ws = nullptr;
     if (bytes > 0) {
-      auto mem = cuda::device_malloc(bytes);
+      // On the tensors' device, which need not be the caller's current one.
+      auto mem = cuda::device_malloc(bytes, args.query.device.index);
       if (!mem.ok()) return mem.status();
       ws = *mem;
     }
     Status st = run_attention(*plan, args, ws, bytes, stream);
-    // The free must not overtake the kernel that uses the workspace.
-    Status sync = cuda::device_synchronize();
+    // The free must not overtake the kernel that uses the workspace (on that device).
+    Status sync = cuda::device_synchronize(args.query.device.index);
     if (ws) cuda::device_free(ws);
     return st.ok() ? sync : st;
   }

@@ -30,10 +30,12 @@ inline Status cuda_error(cudaError_t err, const char* what) {
     if (pa_err_ != cudaSuccess) return ::pagedattn::cuda::cuda_error(pa_err_, what); \
   } while (0)
 
-/// Makes `index` the current device for the scope and restores the caller's device after.
+/// Makes `index` the current device for the scope and restores the caller's device after
+/// (index < 0: leaves the current device alone).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int index) {
+    if (index < 0) return;
     if (cudaGetDevice(&prev_) != cudaSuccess) {
       prev_ = -1;
       status_ = cudaErrorNoDevice;

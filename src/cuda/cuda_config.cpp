@@ -228,5 +228,7 @@ Result<void*> capture_end(void*, int*) { return no_cuda(); }
 Status graph_launch(void*, void*) { return no_cuda(); }
 void graph_destroy(void*) {}
 int device_count() { return 0; }
+int current_device() { return -1; }
+Status set_device(int) { return no_cuda(); }
 }  // namespace pagedattn::cuda::testsupport
 #endif

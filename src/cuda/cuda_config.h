@@ -115,4 +115,7 @@ Status graph_launch(void* graph_exec, void* stream);
 void graph_destroy(void* graph_exec);
 /// Number of CUDA devices (0 when none or without CUDA).
 int device_count();
+/// The calling thread's current device (-1 when none or without CUDA) / make `index` current.
+int current_device();
+Status set_device(int index);
 }  // namespace pagedattn::cuda::testsupport

@@ -31,11 +31,11 @@ Status merge_attention_states(const TensorView&, const TensorView&, const Tensor
                               const TensorView&, const TensorView&, const TensorView&, Stream) {
   return no_cuda();
 }
-Result<void*> device_malloc(std::size_t) { return no_cuda(); }
+Result<void*> device_malloc(std::size_t, int) { return no_cuda(); }
 void device_free(void*) {}
 Status copy_to_device(void*, const void*, std::size_t) { return no_cuda(); }
 Status copy_to_host(void*, const void*, std::size_t) { return no_cuda(); }
-Status device_synchronize() { return no_cuda(); }
+Status device_synchronize(int) { return no_cuda(); }
 
 }  // namespace pagedattn::cuda
 

@@ -80,13 +80,36 @@ cudaError_t device_smem_optin(int device, int* bytes) {
   return cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
-Result<void*> device_malloc(std::size_t bytes) {
+namespace {
+
+/// The device whose memory `ptr` is (-1 for host or unknown memory: the current device
+/// serves).
+int owner_device(const void* ptr) {
+  cudaPointerAttributes attr{};
+  if (ptr == nullptr || cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
+                                                                                 : -1;
+}
+
+Status no_device(const char* what) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    return unavailable("device_malloc: no CUDA device present");
+    return unavailable(std::string(what) + ": no CUDA device present");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<void*> device_malloc(std::size_t bytes, int device) {
+  PAGEDATTN_RETURN_IF_ERROR(no_device("device_malloc"));
   if (bytes == 0) return static_cast<void*>(nullptr);
+  DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "device_malloc: cudaSetDevice");
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
   if (err != cudaSuccess) {
@@ -97,11 +120,15 @@ Result<void*> device_malloc(std::size_t bytes) {
 }
 
 void device_free(void* ptr) {
-  if (ptr) (void)cudaFree(ptr);
+  if (!ptr) return;
+  DeviceGuard guard(owner_device(ptr));
+  (void)cudaFree(ptr);
 }
 
 Status copy_to_device(void* device_dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  DeviceGuard guard(owner_device(device_dst));
+  PA_CUDA_RETURN(guard.status(), "copy_to_device: cudaSetDevice");
   PA_CUDA_RETURN(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice),
                  "cudaMemcpy host to device");
   return Status::Ok();
@@ -109,17 +136,17 @@ Status copy_to_device(void* device_dst, const void* host_src, std::size_t bytes)
 
 Status copy_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  DeviceGuard guard(owner_device(device_src));
+  PA_CUDA_RETURN(guard.status(), "copy_to_host: cudaSetDevice");
   PA_CUDA_RETURN(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost),
                  "cudaMemcpy device to host");
   return Status::Ok();
 }
 
-Status device_synchronize() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return unavailable("device_synchronize: no CUDA device present");
-  }
+Status device_synchronize(int device) {
+  PAGEDATTN_RETURN_IF_ERROR(no_device("device_synchronize"));
+  DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "device_synchronize: cudaSetDevice");
   PA_CUDA_RETURN(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   return Status::Ok();
 }
@@ -258,6 +285,8 @@ Status stream_synchronize(void* stream) {
 }
 Status memset_device(void* ptr, int byte, std::size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  DeviceGuard guard(owner_device(ptr));
+  PA_CUDA_RETURN(guard.status(), "memset_device: cudaSetDevice");
   PA_CUDA_RETURN(cudaMemset(ptr, byte, bytes), "cudaMemset");
   return Status::Ok();
 }
@@ -308,6 +337,18 @@ int device_count() {
     return 0;
   }
   return n;
+}
+int current_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+Status set_device(int index) {
+  PA_CUDA_RETURN(cudaSetDevice(index), "cudaSetDevice");
+  return Status::Ok();
 }
 
 }  // namespace testsupport

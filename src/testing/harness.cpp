@@ -177,7 +177,7 @@ class Buffer {
       return b;
     }
     // At least one byte, so that an empty tensor still has a distinct non-null address.
-    auto mem = cuda::device_malloc(std::max<std::size_t>(full.size(), 1));
+    auto mem = cuda::device_malloc(std::max<std::size_t>(full.size(), 1), device.index);
     if (!mem.ok()) return mem.status();
     b.dev_ptr_ = *mem;
     PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(b.dev_ptr_, full.data(), full.size()));
@@ -754,7 +754,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
     const auto t0 = std::chrono::steady_clock::now();
     Status st = run_attention(*plan, args, plan->workspace_bytes() ? b_ws->data() : nullptr,
                               plan->workspace_bytes());
-    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize();
+    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize(dev.index);
     r.run_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!st.ok()) return fail(st);
@@ -773,7 +773,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
     if (st.ok())
       st = run_attention(*plan, args, plan->workspace_bytes() ? b_ws->data() : nullptr,
                          plan->workspace_bytes());
-    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize();
+    if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize(dev.index);
     std::vector<std::uint8_t> out2, lse2;
     if (st.ok()) st = b_out->download(&out2);
     if (st.ok()) st = b_lse->download(&lse2);

@@ -104,27 +104,27 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   const std::size_t qalloc = query_at_end ? (qbytes + two_mib - 1) / two_mib * two_mib
                                           : std::max<std::size_t>(qbytes + spec.query_offset_bytes, 1);
   p->q_offset_ = query_at_end ? qalloc - qbytes : spec.query_offset_bytes;
-  PAGEDATTN_RETURN_IF_ERROR(p->q_mem_.alloc(qalloc));
+  PAGEDATTN_RETURN_IF_ERROR(p->q_mem_.alloc(qalloc, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->q_mem_.upload(p->q_host_.data(), qbytes, p->q_offset_));
-  PAGEDATTN_RETURN_IF_ERROR(p->out_mem_.alloc(std::max<std::size_t>(qbytes, 1)));
-  PAGEDATTN_RETURN_IF_ERROR(p->lse_mem_.alloc(static_cast<std::size_t>(std::max<std::int64_t>(T * H, 1)) * 4));
-  PAGEDATTN_RETURN_IF_ERROR(p->kc_mem_.alloc(cache_bytes));
+  PAGEDATTN_RETURN_IF_ERROR(p->out_mem_.alloc(std::max<std::size_t>(qbytes, 1), spec.device));
+  PAGEDATTN_RETURN_IF_ERROR(p->lse_mem_.alloc(static_cast<std::size_t>(std::max<std::int64_t>(T * H, 1)) * 4, spec.device));
+  PAGEDATTN_RETURN_IF_ERROR(p->kc_mem_.alloc(cache_bytes, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->kc_mem_.upload(p->kc_host_));
-  PAGEDATTN_RETURN_IF_ERROR(p->vc_mem_.alloc(cache_bytes));
+  PAGEDATTN_RETURN_IF_ERROR(p->vc_mem_.alloc(cache_bytes, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->vc_mem_.upload(p->vc_host_));
-  PAGEDATTN_RETURN_IF_ERROR(p->bt_mem_.alloc(p->block_table_.size() * 4));
+  PAGEDATTN_RETURN_IF_ERROR(p->bt_mem_.alloc(p->block_table_.size() * 4, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->bt_mem_.upload(p->block_table_));
-  PAGEDATTN_RETURN_IF_ERROR(p->sl_mem_.alloc(p->seq_lens_.size() * 4));
+  PAGEDATTN_RETURN_IF_ERROR(p->sl_mem_.alloc(p->seq_lens_.size() * 4, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->sl_mem_.upload(p->seq_lens_));
-  PAGEDATTN_RETURN_IF_ERROR(p->qsl_mem_.alloc(p->starts_.size() * 4));
+  PAGEDATTN_RETURN_IF_ERROR(p->qsl_mem_.alloc(p->starts_.size() * 4, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->qsl_mem_.upload(p->starts_));
-  PAGEDATTN_RETURN_IF_ERROR(p->al_mem_.alloc(p->alibi_.size() * 4));
+  PAGEDATTN_RETURN_IF_ERROR(p->al_mem_.alloc(p->alibi_.size() * 4, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->al_mem_.upload(p->alibi_));
-  PAGEDATTN_RETURN_IF_ERROR(p->sk_mem_.alloc(p->sinks_.size() * 4));
+  PAGEDATTN_RETURN_IF_ERROR(p->sk_mem_.alloc(p->sinks_.size() * 4, spec.device));
   PAGEDATTN_RETURN_IF_ERROR(p->sk_mem_.upload(p->sinks_));
   PAGEDATTN_RETURN_IF_ERROR(p->poison_outputs());
 
-  const Device dev = Device::cuda(0);
+  const Device dev = Device::cuda(spec.device);
   auto dc = make_kv_cache(cs, p->kc_mem_.get(), p->vc_mem_.get(), dev, k_scale, v_scale);
   if (!dc.ok()) return dc.status();
   AttentionArgs& a = p->args_;
@@ -155,7 +155,8 @@ Status Problem::plan_with(const HostMetadata& host) {
   if (!pl.ok()) return pl.status();
   plan_ = *pl;
   ws_mem_ = DeviceMem();
-  if (plan_.workspace_bytes() > 0) PAGEDATTN_RETURN_IF_ERROR(ws_mem_.alloc(plan_.workspace_bytes()));
+  if (plan_.workspace_bytes() > 0)
+    PAGEDATTN_RETURN_IF_ERROR(ws_mem_.alloc(plan_.workspace_bytes(), spec_.device));
   return Status::Ok();
 }
 
@@ -168,6 +169,10 @@ Status Problem::plan_for_lengths(const std::vector<std::int32_t>& planned) {
 
 Status Problem::run(void* stream) {
   return run_attention(plan_, args_, ws_mem_.get(), plan_.workspace_bytes(), stream);
+}
+
+Status Problem::run_convenience(void* stream) {
+  return paged_attention(args_, host_, stream, spec_.plan);
 }
 
 Status Problem::poison_outputs() {

@@ -74,8 +74,9 @@ class DeviceMem {
   ~DeviceMem() {
     if (p_) cuda::device_free(p_);
   }
-  Status alloc(std::size_t bytes) {
-    auto m = cuda::device_malloc(bytes);
+  /// On `device` (-1: the current device).
+  Status alloc(std::size_t bytes, int device = -1) {
+    auto m = cuda::device_malloc(bytes, device);
     if (!m.ok()) return m.status();
     p_ = *m;
     bytes_ = bytes;
@@ -132,6 +133,9 @@ struct ProblemSpec {
   /// >= 0: key dim 0 of token 5 of sequence 0 of this KV head is +inf (an overflowed key);
   /// check_against_oracle then skips the query heads of that KV head, whose outputs are NaN.
   int inf_key_kv_head = -1;
+  /// The CUDA device that holds every tensor and the workspace; the calling thread's current
+  /// device is left as it is (it may differ: the library must follow the tensors).
+  int device = 0;
 };
 
 class Problem {
@@ -150,6 +154,8 @@ class Problem {
   Status plan_with(const HostMetadata& host);
   /// Run on `stream` (no synchronisation).
   Status run(void* stream = nullptr);
+  /// The one-call convenience path (paged_attention: its own plan and workspace, synchronises).
+  Status run_convenience(void* stream = nullptr);
   /// Poison out and lse on the device (0xFF bytes = NaN).
   Status poison_outputs();
   std::vector<std::uint8_t> out_bytes() const;
