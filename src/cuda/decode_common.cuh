@@ -106,6 +106,15 @@ __device__ __forceinline__ float score_log2(const DecodeParams& p, float z, bool
   return z * p.scale_log2;
 }
 
+/// Sum of `v` over the 8 lanes of an S^T fragment that hold the same query-head column (lanes
+/// equal in lane % 4): a column's running sum is spread over its token rows.
+__device__ __forceinline__ float sum_over_token_lanes(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 16);
+  return v;
+}
+
 /// The online softmax's start: running maxima -inf, sums 0, output accumulators (O^T
 /// fragments: DT 16-dim row tiles x NT 8-head column tiles, 4 floats per lane) 0.
 template <int NT, int DT>

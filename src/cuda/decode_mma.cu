@@ -465,10 +465,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int b = 0; b < 2; ++b) {
-        float l = l_run[nt][b];
-        l += __shfl_xor_sync(0xffffffffu, l, 4);
-        l += __shfl_xor_sync(0xffffffffu, l, 8);
-        l += __shfl_xor_sync(0xffffffffu, l, 16);
+        const float l = sum_over_token_lanes(l_run[nt][b]);
         if (lane < 4) {
           const int h = nt * 8 + 2 * lane + b;
           red_m[warp * NH + h] = m_run[nt][b];

@@ -273,13 +273,7 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      float l = l_run[nt][b];
-      l += __shfl_xor_sync(0xffffffffu, l, 4);
-      l += __shfl_xor_sync(0xffffffffu, l, 8);
-      l += __shfl_xor_sync(0xffffffffu, l, 16);
-      l_run[nt][b] = l;
-    }
+    for (int b = 0; b < 2; ++b) l_run[nt][b] = sum_over_token_lanes(l_run[nt][b]);
 
   if (!waited) cluster_wait();
 
