@@ -884,10 +884,11 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
   // An upstream NaN in the query (CaseConfig::nan_query) through every kernel: on an H200 the
   // small-call kernel (W7's shape), the pipelined kernel with one split (direct store), with a
   // cluster merge and with the merge kernel (one long sequence, many forced splits), head-64
-  // pairs, the prefill kernel (query chunks), the tiled kernel with its split merge (head 96,
-  // fp32 queries), and sinks, which join the denominator that NaN must still reach. The rows'
-  // scores are all NaN, so a kernel that skips a row whose running maximum is still -inf
-  // writes 0 and -inf there instead of NaN. On the CPU these are ordinary cases too.
+  // pairs, the prefill kernel (query chunks, no sink: a sink starts the running maximum at a
+  // number), the tiled kernel with its split merge (head 96, fp32 queries), and sinks, which
+  // join the denominator that NaN must still reach. The rows' scores are all NaN, so a kernel
+  // that skips a row whose running maximum is still -inf writes 0 and -inf there instead of
+  // NaN. On the CPU these are ordinary cases too.
   {
     const DecodeCase ns[] = {
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0, {{1024, 1}}, {}},
@@ -895,7 +896,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kHND, 16, 128, 16, 4, b16, 3, 0, 4, {{900, 1}}, {}},
         {KVLayout::kNHD, 16, 128, 16, 4, b16, 1, 0, 70, {{9000, 1}}, {}},
         {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},
-        {KVLayout::kSplit, 16, 128, 32, 8, f16, 3, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 2, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},
     };
     int i = 0;
     for (const DecodeCase& d : ns) {
