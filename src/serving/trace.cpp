@@ -30,6 +30,13 @@ constexpr std::int64_t kMaxTokenCount = std::numeric_limits<std::int32_t>::max()
 
 constexpr std::string_view kAzureHeader = "TIMESTAMP,ContextTokens,GeneratedTokens";
 
+// Listed in the error for a file whose format cannot be told.
+constexpr const char* kAcceptedFormats =
+    ".csv = Azure LLM inference trace (header 'TIMESTAMP,ContextTokens,GeneratedTokens'), "
+    ".jsonl or .json = Mooncake (one JSON object per line with timestamp, input_length, "
+    "output_length); with another extension, a file whose first line is that header or a JSON "
+    "object";
+
 // Rejected rather than sorted: `--requests N` replays the first N records and loading stops
 // there (max_records), which is the N earliest arrivals only in a sorted file; both published
 // formats are sorted, so a step back means a damaged or wrongly merged file, and sorting it
@@ -431,11 +438,28 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
     } else if (ext == ".jsonl" || ext == ".json") {
       trace.format = TraceFormat::kMooncakeJsonl;
     } else {
-      // Unknown extension: sniff the first non-blank character.
-      char c = 0;
-      while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+      // Another extension (.txt, .log, none): the content must name its format, so that a
+      // file in neither format is not read as a CSV and reported as a bad header.
+      std::string first;
+      std::string raw;
+      while (first.empty() && std::getline(in, raw)) first = std::string(trim(raw));
+      if (first == kAzureHeader) {
+        trace.format = TraceFormat::kAzureCsv;
+      } else if (!first.empty() && first.front() == '{') {
+        trace.format = TraceFormat::kMooncakeJsonl;
+      } else {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("trace '{}': cannot tell its format from {} or from its {}; "
+                                  "accepted: {}",
+                                  name_or_path,
+                                  ext.empty() ? std::string("a name without an extension")
+                                              : fmt::format("the extension '{}'", ext),
+                                  first.empty()
+                                      ? std::string("content (no non-blank line)")
+                                      : fmt::format("first line '{}'",
+                                                    quoted(std::string_view(first))),
+                                  kAcceptedFormats));
       }
-      trace.format = c == '{' ? TraceFormat::kMooncakeJsonl : TraceFormat::kAzureCsv;
       in.clear();
       in.seekg(content);
     }

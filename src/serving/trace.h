@@ -93,8 +93,11 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
 
 /// Load a trace by short name (known_traces()) or path. A path's format comes from its
 /// extension (.csv -> Azure CSV; .jsonl/.json -> Mooncake) or, for other extensions, from its
-/// first non-blank character ('{' -> Mooncake). `max_records` as parse_azure_csv.
-/// Errors: those of resolve_trace_path and of the parsers (messages carry the line number).
+/// first non-blank line: exactly the Azure header -> Azure CSV, a line starting with '{' ->
+/// Mooncake. `max_records` as parse_azure_csv.
+/// Errors: kInvalidArgument: those of resolve_trace_path and of the parsers (messages carry
+/// the file name and line number), and a file of another extension whose first line is
+/// neither (the message lists the accepted formats).
 Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_records = 0);
 
 }  // namespace pagedattn::serving

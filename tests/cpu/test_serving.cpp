@@ -280,6 +280,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadTrace{"header_only_crlf", "hdr_crlf.csv",
                  "TIMESTAMP,ContextTokens,GeneratedTokens\r\n\r\n", "hdr_crlf.csv:2: no records"},
         BadTrace{"blank_csv", "blank.csv", " \r\n\t\n", "blank.csv:2: empty file"},
+        // Another extension: the first line must be the Azure header or a JSON object, and the
+        // error lists what is accepted (it used to be read as a CSV with a wrong header).
+        BadTrace{"unknown_extension", "notes.txt", "hello\n1,2,3\n",
+                 "cannot tell its format from the extension '.txt' or from its first line "
+                 "'hello'; accepted: .csv = Azure LLM inference trace"},
+        BadTrace{"unknown_extension_mooncake_listed", "notes2.log", "a,b,c\n",
+                 ".jsonl or .json = Mooncake"},
+        BadTrace{"no_extension", "trace_without_extension", "1,2,3\n",
+                 "from a name without an extension or from its first line '1,2,3'"},
+        BadTrace{"unknown_extension_empty", "empty.txt", "\n \n",
+                 "from its content (no non-blank line)"},
         // Sniffed as Azure, then held to the same rules as a .csv.
         BadTrace{"sniffed_backwards", "sniffed_back.txt",
                  "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,2\n"
@@ -323,6 +334,26 @@ TEST(Trace, AcceptsWhatRealTracesContain) {
   EXPECT_EQ(jsonl->records[1].arrival_s, 0.0);
   EXPECT_EQ(jsonl->records[1].prompt_tokens, 2);  // file order kept for equal timestamps
   EXPECT_DOUBLE_EQ(jsonl->records[2].arrival_s, 0.001);
+}
+
+TEST(Trace, OtherExtensionsAreSniffedOnlyFromAnUnambiguousFirstLine) {
+  // The Azure header (after blank lines, with CRLF) makes a .txt or extensionless file a CSV.
+  for (const char* name : {"azure_export.txt", "azure_export"}) {
+    SCOPED_TRACE(name);
+    Result<Trace> t = load_trace(
+        write_temp(name, std::string("\r\n") + "TIMESTAMP,ContextTokens,GeneratedTokens\r\n" +
+                             "2023-11-16 18:15:47,5,6\r\n"));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->format, TraceFormat::kAzureCsv);
+    ASSERT_EQ(t->records.size(), 1u);
+    EXPECT_EQ(t->records[0].prompt_tokens, 5);
+  }
+  // A header that differs only in case is not the header: an error, not a guess.
+  Result<Trace> lower = load_trace(write_temp(
+      "lower.txt", "timestamp,contexttokens,generatedtokens\n2023-11-16 18:15:47,5,6\n"));
+  ASSERT_FALSE(lower.ok());
+  EXPECT_TRUE(contains(lower.status().message(), "cannot tell its format"))
+      << lower.status().message();
 }
 
 TEST(Trace, MissingFilesAndNames) {
