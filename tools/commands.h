@@ -2,7 +2,11 @@
 // and flags to `app` and returns the action main() runs when that subcommand is chosen.
 #pragma once
 
+#include <cerrno>
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -79,6 +83,47 @@ inline const CLI::Validator kNonEmpty(
       return s.empty() ? std::string("expected a non-empty value") : std::string();
     },
     "");
+
+/// Flag check for a float value: the text must be a number that a float holds as typed.
+/// CLI11 converts without a word 1e39 to inf (so the range check reported "--k-scale inf", a
+/// value nobody typed) and 1e-50 to 0 (which --k-scale and --softcap take as "derived" and
+/// "off"). Rejects an empty or non-numeric value, a magnitude above the largest float
+/// (3.40282e+38) and a nonzero one below the smallest normal float (1.17549e-38: it would read
+/// as 0 or as a subnormal that has lost precision). NaN and infinity spelled out pass: the
+/// flag's own range check rejects them as "nan" / "inf", which is what was typed. Register it
+/// with ->transform(), not ->check(): it trims blanks around the number, which CLI11's
+/// conversion would otherwise refuse at the end. `expected` states the flag's valid values; the
+/// message ends with it.
+inline CLI::Validator float_flag(const std::string& expected) {
+  return CLI::Validator(
+      [expected](std::string& s) {
+        const std::string typed = "'" + s + "'";
+        // CLI11's conversion that follows takes leading blanks but not trailing ones.
+        s.erase(0, s.find_first_not_of(" \t"));
+        s.erase(s.find_last_not_of(" \t") + 1);
+        char* end = nullptr;
+        errno = 0;
+        const float v = std::strtof(s.c_str(), &end);
+        const bool range_error = errno == ERANGE;
+        if (s.empty() || end != s.c_str() + s.size())
+          return typed + " is not a number: expected " + expected;
+        if (std::isnan(v) || (std::isinf(v) && !range_error)) return std::string();
+        if (std::isinf(v)) {
+          return typed + " is out of float range (largest 3.40282e+38; it would read as " +
+                 (v > 0 ? "inf" : "-inf") + "): expected " + expected;
+        }
+        if (v != 0.0f ? std::fabs(v) < FLT_MIN : range_error) {
+          char subnormal[32];
+          std::snprintf(subnormal, sizeof subnormal, "%g", static_cast<double>(v));
+          return typed + " is too small for a float (smallest normal 1.17549e-38; it would " +
+                 "read as " + (v == 0.0f ? "0" : std::string("the subnormal ") + subnormal) +
+                 "): expected " + expected;
+        }
+        return std::string();
+      },
+      // No description: CLI11 would print it after the option's own type ("FLOAT:...").
+      "");
+}
 
 Action register_run(CLI::App& app);
 Action register_verify(CLI::App& app);

@@ -16,6 +16,10 @@ namespace pagedattn::cli {
 
 namespace {
 Status invalid(const std::string& message) { return Status(StatusCode::kInvalidArgument, message); }
+
+// One wording for the flag check (what was typed) and to_case_config (the parsed value).
+constexpr const char* kScaleRange = "a finite value > 0 (0 = derived from the data)";
+constexpr const char* kSoftcapRange = "a finite value >= 0 (0 = off)";
 }  // namespace
 
 void add_config_flags(CLI::App* app, ConfigFlags* f) {
@@ -39,7 +43,9 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
                       "new tokens of each sequence (default: 1 each; 0 skips a sequence)");
   app->add_option("--sliding-window", f->sliding_window, "window length in keys (0 = off)")
       ->capture_default_str();
-  app->add_option("--softcap", f->softcap, "logit softcap (0 = off)")->capture_default_str();
+  app->add_option("--softcap", f->softcap, "logit softcap (0 = off)")
+      ->transform(float_flag(kSoftcapRange))
+      ->capture_default_str();
   app->add_flag("--alibi", f->alibi, "ALiBi slopes drawn from the seed");
   app->add_flag("--sinks", f->sinks, "per-head sink logits drawn from the seed");
   app->add_option("--page-pad", f->page_pad,
@@ -47,8 +53,10 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
       ->capture_default_str();
   app->add_option("--seed", f->seed, "input seed")->check(kNonNegativeInteger)->capture_default_str();
   app->add_option("--k-scale", f->k_scale, "fp8 key scale (0 = derived from the data)")
+      ->transform(float_flag(kScaleRange))
       ->capture_default_str();
   app->add_option("--v-scale", f->v_scale, "fp8 value scale (0 = derived from the data)")
+      ->transform(float_flag(kScaleRange))
       ->capture_default_str();
   app->add_option("--tile-tokens", f->tile_tokens, "force KV tokens per tile (0 = chosen)")
       ->capture_default_str();
@@ -180,16 +188,13 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
     return invalid("--sliding-window " + std::to_string(f.sliding_window) +
                    ": expected >= 0 (0 = off)");
   if (!(std::isfinite(f.softcap) && f.softcap >= 0))
-    return invalid("--softcap " + fmt::format("{}", f.softcap) +
-                   ": expected a finite value >= 0 (0 = off)");
+    return invalid("--softcap " + fmt::format("{}", f.softcap) + ": expected " + kSoftcapRange);
   if (f.page_pad < 0)
     return invalid("--page-pad " + std::to_string(f.page_pad) + ": expected >= 0");
   if (!(std::isfinite(f.k_scale) && f.k_scale >= 0))
-    return invalid("--k-scale " + fmt::format("{}", f.k_scale) +
-                   ": expected a finite value > 0 (0 = derived from the data)");
+    return invalid("--k-scale " + fmt::format("{}", f.k_scale) + ": expected " + kScaleRange);
   if (!(std::isfinite(f.v_scale) && f.v_scale >= 0))
-    return invalid("--v-scale " + fmt::format("{}", f.v_scale) +
-                   ": expected a finite value > 0 (0 = derived from the data)");
+    return invalid("--v-scale " + fmt::format("{}", f.v_scale) + ": expected " + kScaleRange);
   if (f.tile_tokens < 0)
     return invalid("--tile-tokens " + std::to_string(f.tile_tokens) + ": expected >= 0");
   if (f.num_splits < 0)

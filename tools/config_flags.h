@@ -41,7 +41,8 @@ struct ConfigFlags {
 };
 
 /// Register the shared flags (and --json) on `app`; values land in `*flags`, which must
-/// outlive parsing.
+/// outlive parsing. --softcap, --k-scale and --v-scale are checked as typed (float_flag): a
+/// value that overflows a float or underflows to 0 is a parse error naming the text.
 void add_config_flags(CLI::App* app, ConfigFlags* flags);
 
 /// `--device`: "cpu", "cuda" / "cuda:N", or "auto" (CUDA when query_device(cuda:0) succeeds,

@@ -28,6 +28,23 @@ namespace fs = std::filesystem;
 // is rejected at load time rather than overflowing later.
 constexpr std::int64_t kMaxTokenCount = std::numeric_limits<std::int32_t>::max();
 
+constexpr std::string_view kAzureHeader = "TIMESTAMP,ContextTokens,GeneratedTokens";
+
+// Listed in the error for a file whose format cannot be told.
+constexpr const char* kAcceptedFormats =
+    ".csv = Azure LLM inference trace (header 'TIMESTAMP,ContextTokens,GeneratedTokens'), "
+    ".jsonl or .json = Mooncake (one JSON object per line with timestamp, input_length, "
+    "output_length); with another extension, a file whose first line is that header or a JSON "
+    "object";
+
+// Rejected rather than sorted: `--requests N` replays the first N records and loading stops
+// there (max_records), which is the N earliest arrivals only in a sorted file; both published
+// formats are sorted, so a step back means a damaged or wrongly merged file, and sorting it
+// would replay a workload the file's author never recorded. Equal timestamps are fine
+// (Mooncake has many: one millisecond resolution).
+constexpr const char* kOrderRule =
+    "records must be in arrival order (timestamps never decrease)";
+
 Status line_error(const std::string& source, std::int64_t line, const std::string& what) {
   return Status(StatusCode::kInvalidArgument, fmt::format("{}:{}: {}", source, line, what));
 }
@@ -80,6 +97,12 @@ std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
   return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
 }
 
+std::int64_t days_in_month(std::int64_t y, unsigned m) {
+  static constexpr std::int64_t kDays[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  return m == 2 && leap ? 29 : kDays[m - 1];
+}
+
 // "YYYY-MM-DD HH:MM:SS[.fraction]" (or 'T' between date and time) -> nanoseconds since the
 // epoch. Integer arithmetic, so sub-microsecond differences between rows survive (a double of
 // seconds since 1970 would keep only ~0.2 us).
@@ -101,7 +124,10 @@ bool parse_timestamp(std::string_view s, std::int64_t* ns) {
       s[13] != ':' || !digits(14, 2, &mi) || s[16] != ':' || !digits(17, 2, &sec)) {
     return false;
   }
-  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
+  if (mo < 1 || mo > 12 || d < 1 || h > 23 || mi > 59 || sec > 60) return false;
+  // days_from_civil would carry 2023-02-30 into March: a date that does not exist is a typo
+  // or a corrupted row, not a time.
+  if (d > days_in_month(y, static_cast<unsigned>(mo))) return false;
   // Nanoseconds since 1970 in int64 reach from 1677 to 2262; a trace's years are well inside.
   if (y < 1900 || y > 2200) return false;
   std::int64_t frac_ns = 0;
@@ -127,6 +153,20 @@ Status check_count(const std::string& source, std::int64_t line, const char* fie
     return line_error(source, line,
                       fmt::format("{} = {}: expected an integer in [0, {}]", field, value,
                                   kMaxTokenCount));
+  }
+  return Status::Ok();
+}
+
+// Both counts fit int32 on their own, but a request's KV length is their sum (prompt plus
+// generated tokens), and it lands in int32 seq_lens: 2^31 - 1 + 5 would wrap negative there.
+Status check_request_length(const std::string& source, std::int64_t line, const char* prompt_field,
+                            const char* output_field, const TraceRecord& rec) {
+  if (rec.prompt_tokens + rec.output_tokens > kMaxTokenCount) {
+    return line_error(source, line,
+                      fmt::format("{} + {} = {}: a request's length must be at most {} (its KV "
+                                  "cache is indexed with int32)",
+                                  prompt_field, output_field,
+                                  rec.prompt_tokens + rec.output_tokens, kMaxTokenCount));
   }
   return Status::Ok();
 }
@@ -220,6 +260,9 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
   std::int64_t line_no = 0;
   bool have_header = false;
   std::int64_t first_ns = 0;
+  std::int64_t prev_ns = 0;  // the previous record's timestamp, its line and its text
+  std::int64_t prev_line = 0;
+  std::string prev_text;
   while (std::getline(in, raw)) {
     ++line_no;
     const std::string_view line = trim(raw);  // also drops the '\r' of CRLF files
@@ -227,7 +270,7 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
     if (!have_header) {
       // The header is required: it is the only guard against feeding a different CSV (columns
       // in another order would silently swap prompt and output lengths).
-      if (line != "TIMESTAMP,ContextTokens,GeneratedTokens") {
+      if (line != kAzureHeader) {
         return line_error(source, line_no,
                           fmt::format("expected the header 'TIMESTAMP,ContextTokens,"
                                       "GeneratedTokens', found '{}'",
@@ -255,7 +298,8 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
     std::int64_t ns = 0;
     if (!parse_timestamp(fields[0], &ns)) {
       return line_error(source, line_no,
-                        fmt::format("TIMESTAMP '{}': expected 'YYYY-MM-DD HH:MM:SS[.fraction]'",
+                        fmt::format("TIMESTAMP '{}': expected a valid date and time "
+                                    "'YYYY-MM-DD HH:MM:SS[.fraction]'",
                                     quoted(trim(fields[0]))));
     }
     TraceRecord rec;
@@ -271,7 +315,19 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
     }
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "ContextTokens", rec.prompt_tokens));
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "GeneratedTokens", rec.output_tokens));
-    if (records.empty()) first_ns = ns;
+    PAGEDATTN_RETURN_IF_ERROR(
+        check_request_length(source, line_no, "ContextTokens", "GeneratedTokens", rec));
+    if (records.empty()) {
+      first_ns = ns;
+    } else if (ns < prev_ns) {
+      return line_error(source, line_no,
+                        fmt::format("TIMESTAMP '{}' is earlier than line {}'s '{}': {}",
+                                    quoted(trim(fields[0])), prev_line,
+                                    quoted(std::string_view(prev_text)), kOrderRule));
+    }
+    prev_ns = ns;
+    prev_line = line_no;
+    prev_text.assign(trim(fields[0]));
     rec.arrival_s = static_cast<double>(ns - first_ns) * 1e-9;
     records.push_back(rec);
     // Stop right after the last wanted record, so that the caller can still tell whether more
@@ -290,6 +346,8 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
   std::string raw;
   std::int64_t line_no = 0;
   std::int64_t first_ms = 0;
+  std::int64_t prev_ms = 0;  // the previous record's timestamp and its line
+  std::int64_t prev_line = 0;
   while (std::getline(in, raw)) {
     ++line_no;
     const std::string_view line = trim(raw);
@@ -331,7 +389,17 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
     rec.output_tokens = values[2];
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "input_length", rec.prompt_tokens));
     PAGEDATTN_RETURN_IF_ERROR(check_count(source, line_no, "output_length", rec.output_tokens));
-    if (records.empty()) first_ms = values[0];
+    PAGEDATTN_RETURN_IF_ERROR(
+        check_request_length(source, line_no, "input_length", "output_length", rec));
+    if (records.empty()) {
+      first_ms = values[0];
+    } else if (values[0] < prev_ms) {
+      return line_error(source, line_no,
+                        fmt::format("timestamp = {} ms is earlier than line {}'s {} ms: {}",
+                                    values[0], prev_line, prev_ms, kOrderRule));
+    }
+    prev_ms = values[0];
+    prev_line = line_no;
     rec.arrival_s = static_cast<double>(values[0] - first_ms) * 1e-3;
     records.push_back(rec);
     if (max_records > 0 && static_cast<std::int64_t>(records.size()) == max_records) break;
@@ -370,11 +438,28 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
     } else if (ext == ".jsonl" || ext == ".json") {
       trace.format = TraceFormat::kMooncakeJsonl;
     } else {
-      // Unknown extension: sniff the first non-blank character.
-      char c = 0;
-      while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+      // Another extension (.txt, .log, none): the content must name its format, so that a
+      // file in neither format is not read as a CSV and reported as a bad header.
+      std::string first;
+      std::string raw;
+      while (first.empty() && std::getline(in, raw)) first = std::string(trim(raw));
+      if (first == kAzureHeader) {
+        trace.format = TraceFormat::kAzureCsv;
+      } else if (!first.empty() && first.front() == '{') {
+        trace.format = TraceFormat::kMooncakeJsonl;
+      } else {
+        return Status(StatusCode::kInvalidArgument,
+                      fmt::format("trace '{}': cannot tell its format from {} or from its {}; "
+                                  "accepted: {}",
+                                  name_or_path,
+                                  ext.empty() ? std::string("a name without an extension")
+                                              : fmt::format("the extension '{}'", ext),
+                                  first.empty()
+                                      ? std::string("content (no non-blank line)")
+                                      : fmt::format("first line '{}'",
+                                                    quoted(std::string_view(first))),
+                                  kAcceptedFormats));
       }
-      trace.format = c == '{' ? TraceFormat::kMooncakeJsonl : TraceFormat::kAzureCsv;
       in.clear();
       in.seekg(content);
     }

@@ -14,12 +14,14 @@ namespace pagedattn::serving {
 
 /// One request of a trace.
 struct TraceRecord {
-  /// Seconds since the trace's first record (the first record has 0). Not necessarily
-  /// monotone in a user-supplied trace; the shipped traces are sorted.
+  /// Seconds since the trace's first record (the first record has 0). Non-decreasing from
+  /// record to record: the parsers reject a file whose timestamps step back.
   double arrival_s = 0;
-  /// Prompt (context) tokens the request brings: its prefill. >= 0.
+  /// Prompt (context) tokens the request brings: its prefill. >= 0 (0 is kept: failed or
+  /// empty requests appear in real traces; the replay raises it to 1 and reports that).
   std::int64_t prompt_tokens = 0;
-  /// Tokens the service generated for it: its decode. >= 0.
+  /// Tokens the service generated for it: its decode. >= 0, and prompt_tokens +
+  /// output_tokens <= 2^31 - 1 (the request's KV length has to fit int32 seq_lens).
   std::int64_t output_tokens = 0;
 };
 
@@ -43,7 +45,7 @@ struct Trace {
   /// The file actually read.
   std::string path;
   TraceFormat format = TraceFormat::kAzureCsv;
-  /// Records in file order; at most the `max_records` asked for.
+  /// Records in file order, which is arrival order; at most the `max_records` asked for.
   std::vector<TraceRecord> records;
   /// True when loading stopped at `max_records` before the end of the file (so the file's
   /// full record count is unknown).
@@ -74,22 +76,28 @@ Result<std::string> resolve_trace_path(const std::string& name_or_path);
 
 /// Parse an Azure CSV trace from `in`. `source` names the input in messages ("file.csv").
 /// Reads at most `max_records` records (0 = all). Accepts CRLF line ends and blank lines.
+/// Timestamps are UTC wall times; arrival_s counts from the first record's.
 /// Errors: kInvalidArgument "<source>:<line>: <what>" for a missing/wrong header, a row without
-/// exactly 3 fields, an unparsable timestamp, a token count that is not an integer in
-/// [0, 2^31), or a file without records.
+/// exactly 3 fields, an unparsable timestamp or a date that does not exist (2023-02-30), a
+/// timestamp earlier than the previous record's, a token count that is not an integer in
+/// [0, 2^31), a record whose two counts add up to 2^31 or more, or a file without records.
 Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::string& source,
                                                  std::int64_t max_records = 0);
 
 /// Parse a Mooncake JSON-lines trace from `in`; conventions and errors as parse_azure_csv
-/// (invalid JSON, a line that is not an object, a missing or non-integer `timestamp`,
-/// `input_length` or `output_length`, counts outside [0, 2^31)).
+/// (invalid JSON, NaN and Infinity included; a line that is not an object; a missing or
+/// non-integer `timestamp` (milliseconds, >= 0, never decreasing), `input_length` or
+/// `output_length`; counts outside [0, 2^31) or adding up to 2^31 or more).
 Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const std::string& source,
                                                       std::int64_t max_records = 0);
 
 /// Load a trace by short name (known_traces()) or path. A path's format comes from its
 /// extension (.csv -> Azure CSV; .jsonl/.json -> Mooncake) or, for other extensions, from its
-/// first non-blank character ('{' -> Mooncake). `max_records` as parse_azure_csv.
-/// Errors: those of resolve_trace_path and of the parsers (messages carry the line number).
+/// first non-blank line: exactly the Azure header -> Azure CSV, a line starting with '{' ->
+/// Mooncake. `max_records` as parse_azure_csv.
+/// Errors: kInvalidArgument: those of resolve_trace_path and of the parsers (messages carry
+/// the file name and line number), and a file of another extension whose first line is
+/// neither (the message lists the accepted formats).
 Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_records = 0);
 
 }  // namespace pagedattn::serving

@@ -50,8 +50,10 @@ TEST(Trace, ShippedTracesLoadWithTheirDocumentedRecordCounts) {
     EXPECT_EQ(trace->records[0].prompt_tokens, e.first_prompt);
     EXPECT_EQ(trace->records[0].output_tokens, e.first_output);
     EXPECT_EQ(trace->records[0].arrival_s, 0.0);
+    double previous_s = 0.0;
     for (const TraceRecord& r : trace->records) {
-      ASSERT_GE(r.arrival_s, 0.0);
+      ASSERT_GE(r.arrival_s, previous_s);  // the loader's documented order
+      previous_s = r.arrival_s;
       ASSERT_GE(r.prompt_tokens, 0);
       ASSERT_GE(r.output_tokens, 0);
     }
@@ -205,8 +207,154 @@ INSTANTIATE_TEST_SUITE_P(
                  "{\"timestamp\": 0, \"input_length\": 18446744073709551615, "
                  "\"output_length\": 1}\n",
                  "u64.jsonl:1: field \"input_length\" = 18446744073709551615: out of range"},
-        BadTrace{"json_empty", "none.jsonl", "\n\n", "none.jsonl:2: no records"}),
+        BadTrace{"json_empty", "none.jsonl", "\n\n", "none.jsonl:2: no records"},
+        // Arrival order: a step back is an error naming both lines (CRLF must not hide it).
+        BadTrace{"backwards", "back.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\r\n2023-11-16 18:15:46.5,1,2\r\n"
+                 "2023-11-16 18:15:46.5,1,2\r\n2023-11-16 18:15:46.4999999,1,2\r\n",
+                 "back.csv:4: TIMESTAMP '2023-11-16 18:15:46.4999999' is earlier than line 3's "
+                 "'2023-11-16 18:15:46.5': records must be in arrival order"},
+        BadTrace{"backwards_day", "day.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-17 00:00:00,1,2\n"
+                 "2023-11-16 23:59:59,1,2\n",
+                 "day.csv:3: TIMESTAMP '2023-11-16 23:59:59' is earlier than line 2's"},
+        BadTrace{"json_backwards", "backj.jsonl",
+                 "{\"timestamp\": 7, \"input_length\": 1, \"output_length\": 1}\n\n"
+                 "{\"timestamp\": 6, \"input_length\": 1, \"output_length\": 1}\n",
+                 "backj.jsonl:3: timestamp = 6 ms is earlier than line 1's 7 ms: records must be "
+                 "in arrival order"},
+        // Dates that do not exist (days_from_civil would move them into the next month).
+        BadTrace{"feb_29_not_leap", "feb.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-29 00:00:00,1,2\n",
+                 "feb.csv:2: TIMESTAMP '2023-02-29 00:00:00': expected a valid date"},
+        BadTrace{"apr_31", "apr.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-04-31 00:00:00,1,2\n",
+                 "apr.csv:2: TIMESTAMP '2023-04-31 00:00:00'"},
+        BadTrace{"hour_24", "hour.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-04-30 24:00:00,1,2\n",
+                 "hour.csv:2: TIMESTAMP '2023-04-30 24:00:00'"},
+        // Each count fits int32 but the request (prompt + output) does not.
+        BadTrace{"sum_overflow", "sum.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,2147483647,1\n",
+                 "sum.csv:2: ContextTokens + GeneratedTokens = 2147483648: a request's length "
+                 "must be at most 2147483647"},
+        BadTrace{"json_sum_overflow", "sum.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 1073741824, "
+                 "\"output_length\": 1073741824}\n",
+                 "sum.jsonl:1: input_length + output_length = 2147483648"},
+        BadTrace{"json_negative_timestamp", "negts.jsonl",
+                 "{\"timestamp\": -1, \"input_length\": 1, \"output_length\": 1}\n",
+                 "negts.jsonl:1: timestamp = -1: expected milliseconds >= 0"},
+        // NaN, Infinity and a literal past double's range are not JSON numbers nlohmann accepts.
+        BadTrace{"json_nan", "nan.jsonl",
+                 "{\"timestamp\": NaN, \"input_length\": 1, \"output_length\": 1}\n",
+                 "nan.jsonl:1: invalid JSON"},
+        BadTrace{"json_infinity", "inf.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": Infinity, \"output_length\": 1}\n",
+                 "inf.jsonl:1: invalid JSON"},
+        BadTrace{"json_huge_float", "huge.jsonl",
+                 "{\"timestamp\": 1e400, \"input_length\": 1, \"output_length\": 1}\n",
+                 "huge.jsonl:1: invalid JSON"},
+        BadTrace{"json_fractional_timestamp", "frac.jsonl",
+                 "{\"timestamp\": 1.5, \"input_length\": 1, \"output_length\": 1}\n",
+                 "frac.jsonl:1: field \"timestamp\" = 1.5: expected an integer"},
+        BadTrace{"empty_count", "emptyc.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,,1\n",
+                 "emptyc.csv:2: ContextTokens '': expected an integer"},
+        // Trailing garbage: after the last row, after a field, after a JSON object, and a
+        // last line cut short (an interrupted download).
+        BadTrace{"trailing_line", "tail.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,2\n"
+                 "-- end of export --\n",
+                 "tail.csv:3: expected 3 comma-separated fields"},
+        BadTrace{"trailing_field_text", "tailf.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,2 tokens\n",
+                 "tailf.csv:2: GeneratedTokens '2 tokens': expected an integer"},
+        BadTrace{"json_trailing", "tail.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1} x\n",
+                 "tail.jsonl:1: invalid JSON"},
+        BadTrace{"json_cut_short", "cut.jsonl",
+                 "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n"
+                 "{\"timestamp\": 1, \"input_le",
+                 "cut.jsonl:2: invalid JSON"},
+        BadTrace{"header_only_crlf", "hdr_crlf.csv",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\r\n\r\n", "hdr_crlf.csv:2: no records"},
+        BadTrace{"blank_csv", "blank.csv", " \r\n\t\n", "blank.csv:2: empty file"},
+        // Another extension: the first line must be the Azure header or a JSON object, and the
+        // error lists what is accepted (it used to be read as a CSV with a wrong header).
+        BadTrace{"unknown_extension", "notes.txt", "hello\n1,2,3\n",
+                 "cannot tell its format from the extension '.txt' or from its first line "
+                 "'hello'; accepted: .csv = Azure LLM inference trace"},
+        BadTrace{"unknown_extension_mooncake_listed", "notes2.log", "a,b,c\n",
+                 ".jsonl or .json = Mooncake"},
+        BadTrace{"no_extension", "trace_without_extension", "1,2,3\n",
+                 "from a name without an extension or from its first line '1,2,3'"},
+        BadTrace{"unknown_extension_empty", "empty.txt", "\n \n",
+                 "from its content (no non-blank line)"},
+        // Sniffed as Azure, then held to the same rules as a .csv.
+        BadTrace{"sniffed_backwards", "sniffed_back.txt",
+                 "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:47,1,2\n"
+                 "2023-11-16 18:15:46,1,2\n",
+                 "sniffed_back.txt:3: TIMESTAMP '2023-11-16 18:15:46' is earlier"}),
     [](const ::testing::TestParamInfo<BadTrace>& param) { return std::string(param.param.label); });
+
+TEST(Trace, TrailingNulBytesAreAnError) {
+  // A file padded with NUL bytes (a preallocated or crashed writer): the padding is not blank.
+  const std::string content =
+      std::string(kHeader) + kGoodRow + std::string("\0\0\0", 3);
+  Result<Trace> trace = load_trace(write_temp("nul.csv", content));
+  ASSERT_FALSE(trace.ok());
+  EXPECT_EQ(trace.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(trace.status().message(), "nul.csv:3: expected 3 comma-separated fields"))
+      << trace.status().message();
+}
+
+TEST(Trace, AcceptsWhatRealTracesContain) {
+  // Equal timestamps (Mooncake's millisecond resolution gives many), a leap day, a request of
+  // exactly 2^31 - 1 tokens, and zero counts (failed requests; the replay raises them to 1
+  // and reports it) all load.
+  Result<Trace> csv = load_trace(write_temp(
+      "real.csv", std::string(kHeader) + "2024-02-29 23:59:59.5,0,0\r\n"
+                                         "2024-02-29 23:59:59.5,2147483646,1\r\n"
+                                         "2024-03-01 00:00:00,3,4\r\n"));
+  ASSERT_TRUE(csv.ok()) << csv.status().to_string();
+  ASSERT_EQ(csv->records.size(), 3u);
+  EXPECT_EQ(csv->records[0].prompt_tokens, 0);
+  EXPECT_EQ(csv->records[0].output_tokens, 0);
+  EXPECT_EQ(csv->records[1].arrival_s, 0.0);
+  EXPECT_EQ(csv->records[1].prompt_tokens, 2147483646);
+  EXPECT_DOUBLE_EQ(csv->records[2].arrival_s, 0.5);
+
+  Result<Trace> jsonl = load_trace(write_temp(
+      "real.jsonl", "{\"timestamp\": 10, \"input_length\": 1, \"output_length\": 1}\n"
+                    "{\"timestamp\": 10, \"input_length\": 2, \"output_length\": 0}\n"
+                    "{\"timestamp\": 11, \"input_length\": 3, \"output_length\": 1}\n"));
+  ASSERT_TRUE(jsonl.ok()) << jsonl.status().to_string();
+  ASSERT_EQ(jsonl->records.size(), 3u);
+  EXPECT_EQ(jsonl->records[1].arrival_s, 0.0);
+  EXPECT_EQ(jsonl->records[1].prompt_tokens, 2);  // file order kept for equal timestamps
+  EXPECT_DOUBLE_EQ(jsonl->records[2].arrival_s, 0.001);
+}
+
+TEST(Trace, OtherExtensionsAreSniffedOnlyFromAnUnambiguousFirstLine) {
+  // The Azure header (after blank lines, with CRLF) makes a .txt or extensionless file a CSV.
+  for (const char* name : {"azure_export.txt", "azure_export"}) {
+    SCOPED_TRACE(name);
+    Result<Trace> t = load_trace(
+        write_temp(name, std::string("\r\n") + "TIMESTAMP,ContextTokens,GeneratedTokens\r\n" +
+                             "2023-11-16 18:15:47,5,6\r\n"));
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    EXPECT_EQ(t->format, TraceFormat::kAzureCsv);
+    ASSERT_EQ(t->records.size(), 1u);
+    EXPECT_EQ(t->records[0].prompt_tokens, 5);
+  }
+  // A header that differs only in case is not the header: an error, not a guess.
+  Result<Trace> lower = load_trace(write_temp(
+      "lower.txt", "timestamp,contexttokens,generatedtokens\n2023-11-16 18:15:47,5,6\n"));
+  ASSERT_FALSE(lower.ok());
+  EXPECT_TRUE(contains(lower.status().message(), "cannot tell its format"))
+      << lower.status().message();
+}
 
 TEST(Trace, MissingFilesAndNames) {
   Result<Trace> missing = load_trace("/nonexistent/dir/trace.csv");
