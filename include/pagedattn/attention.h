@@ -117,13 +117,17 @@ Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetada
 /// split sizes, the decode fast path putting the remainder on each sequence's last split
 /// (src/cuda/decode_split.h) so that it never leaves its workspace. `workspace` must
 /// hold plan.workspace_bytes() bytes on the plan's device (may be null when that is 0).
-/// CUDA: asynchronous on `stream`, no allocation, no host synchronisation, capturable in a
-/// CUDA graph; deterministic (no atomics in reductions).
+/// CUDA: asynchronous on `stream` (a stream of the tensors' device), no allocation, no host
+/// synchronisation, capturable in a CUDA graph; deterministic (no atomics in reductions). The
+/// kernels run on the tensors' device whatever the calling thread's current device is, and
+/// the current device is left as it was. A query element that is NaN makes that (token, head)
+/// row's output and LSE NaN, as in reference_attention.
 Status run_attention(const AttentionPlan& plan, const AttentionArgs& args, void* workspace,
                      std::size_t workspace_bytes, Stream stream = nullptr);
 
-/// Convenience: plan, allocate the workspace, run, free it. Allocates, so it is not meant for
-/// CUDA-graph capture; errors as plan_attention and run_attention.
+/// Convenience: plan, allocate the workspace (on the tensors' device), run, wait for that
+/// device, free it. Allocates, so it is not meant for CUDA-graph capture; errors as
+/// plan_attention and run_attention.
 Status paged_attention(const AttentionArgs& args, const HostMetadata& host, Stream stream = nullptr,
                        const PlanOptions& options = {});
 
