@@ -366,15 +366,17 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
     for (int hh = 0; hh < G; ++hh) {
       const int p = r * G + hh;
       const std::int64_t h = g * G + hh;
-      const float inv = 1.0f / sc.l[p];
+      const float inv = sc.l[p] != 0.0f ? 1.0f / sc.l[p] : std::nanf("");  // see the LSE
       const float* accp = &sc.acc[static_cast<std::size_t>(p) * D];
       const std::int64_t row_off = token * out.stride(0) + h * out.stride(1);
       for (int d = 0; d < D; ++d) {
         numeric::store_from_float(out.data, out.dtype, row_off + d, accp[d] * inv);
       }
       if (lse.defined()) {
+        // l = 0: every logit -inf and no sink (every row has keys: its own position at
+        // least): 0/0, NaN as in the oracle, where m + log(0) would say "no keys".
         static_cast<float*>(lse.data)[token * lse.stride(0) + h * lse.stride(1)] =
-            sc.m[p] + std::log(sc.l[p]);
+            sc.l[p] == 0.0f ? std::nanf("") : sc.m[p] + std::log(sc.l[p]);
       }
     }
   }
@@ -551,6 +553,15 @@ Status merge_attention_states(const TensorView& out_a, const TensorView& lse_a,
           numeric::store_from_float(out.data, out.dtype, oo + d, 0.0f);
         }
         lse = kNegInf;
+      } else if (!use_b && !std::isfinite(la)) {
+        // NaN or +inf: e^(la - lse) is NaN, as the two-sided formula and the CUDA merge give.
+        for (std::int64_t d = 0; d < head_size; ++d)
+          numeric::store_from_float(out.data, out.dtype, oo + d, std::nanf(""));
+        lse = std::nanf("");
+      } else if (!use_a && !std::isfinite(lb)) {
+        for (std::int64_t d = 0; d < head_size; ++d)
+          numeric::store_from_float(out.data, out.dtype, oo + d, std::nanf(""));
+        lse = std::nanf("");
       } else if (!use_b) {
         lse = la;
         if (oo != oa || out.data != out_a.data) {

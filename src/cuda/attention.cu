@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
       if (l != -INFINITY) sum += expf(l - mx);
     }
     sum = warp_sum(sum);
-    const float inv = sum != 0.f ? 1.f / sum : 0.f;
+    // sum = 0: every key's logit is -inf (no sink): 0/0, NaN as in the oracle.
+    const float inv = sum != 0.f ? 1.f / sum : NAN;
     Q* o = static_cast<Q*>(p.out) + tr * p.o0 + head * p.o1;
     for (int d = lane; d < D; d += 32) {
       float a = 0.f;
@@ -130,7 +131,7 @@ __global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
       store_rounded<Q>(o + d, a * inv);
     }
     if (p.lse && lane == 0)
-      p.lse[tr * p.l0 + head * p.l1] = sum != 0.f ? mx + logf(sum) : -INFINITY;
+      p.lse[tr * p.l0 + head * p.l1] = sum != 0.f ? mx + logf(sum) : NAN;
   }
 }
 

@@ -382,9 +382,12 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
     const int m = warp + 4 * k;
     const float l = sRunSum[m];
     const float mrow = sRunMax[m];
-    // NaN scores make l NaN, which passes through both (l != 0).
-    const float inv = l != 0.f ? p.v_scale / l : 0.f;
-    const float lse = l != 0.f ? softmax_base(mrow) + logf(l) : -INFINITY;
+    // NaN scores make l NaN, which passes through both (l != 0). l = 0: a split without keys
+    // (weight 0 in the merge) or, for a whole row (one split), every logit -inf with no sink:
+    // 0/0, NaN as in the oracle (every written row has keys: its own position at least).
+    const bool whole = p.num_splits == 1;
+    const float inv = l != 0.f ? p.v_scale / l : (whole ? NAN : 0.f);
+    const float lse = l != 0.f ? softmax_base(mrow) + logf(l) : (whole ? NAN : -INFINITY);
     const std::int64_t tr = sTok[m];
     const std::int64_t head = sHead[m];
     if (p.num_splits == 1) {

@@ -495,6 +495,9 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           // NaN scores make L NaN, and NaN passes through both (L != 0).
           float scale = L != 0.f ? 1.f / L : 0.f;
           float lse = L != 0.f ? base * kLn2 + __logf(L) : -INFINITY;
+          // A whole row (one split) with keys whose logits are all -inf: the softmax is 0/0,
+          // NaN as in the oracle (with a sink, below, it is the sink's alone).
+          if (single && L == 0.f) scale = lse = NAN;
           if (single && p.sinks != nullptr && h < p.gqa) {
             // The sink joins the softmax denominator only (its value row is zero).
             const float Ms = M * kLn2;
@@ -593,7 +596,8 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           den += w;
           acc += w * o_k[k];
         }
-        store_output<T>(p, q0, h, d, acc / den, base + __logf(den));
+        // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
+        store_output<T>(p, q0, h, d, acc / den, den != 0.f ? base + __logf(den) : NAN);
       }
     }
     __syncthreads();  // the next item reuses shared memory and s_work
@@ -697,7 +701,8 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 #pragma unroll
     for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
   }
-  const float lse_total = m_base + __logf(den);
+  // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
+  const float lse_total = den != 0.f ? m_base + __logf(den) : NAN;
 #pragma unroll
   for (int k = 0; k < 4; ++k) store_output<T>(p, q0, h, 4 * c + k, out[k] / den, lse_total);
 }

@@ -391,14 +391,14 @@ __global__ void __launch_bounds__(kSmallMaxWarps * 32, 1) decode_small_kernel(co
     for (int r = 0; r < R; ++r) wv[r] = w[r] * v[r];
     const float den = tree_sum<R + 1>(w);
     // den >= 1 when any split or the sink has a finite LSE (its term is 2^0), NaN when one is
-    // NaN.
+    // NaN, 0 when every key's logit is -inf and there is no sink: 0/0, NaN as in the oracle.
     const int d = dim_of(rank + csize * k, row);
     store_rounded(out + static_cast<std::int64_t>(kvh * p.gqa + h) * p.o_head + d,
-                  den != 0.f ? __fdividef(tree_sum<R>(wv), den) : 0.f);
+                  den != 0.f ? __fdividef(tree_sum<R>(wv), den) : NAN);
     if (p.lse != nullptr && d == 0)
       p.lse[static_cast<std::int64_t>(q0) * p.l_tok +
             static_cast<std::int64_t>(kvh * p.gqa + h) * p.l_head] =
-          den != 0.f ? (M + __log2f(den)) * kLn2 : -INFINITY;
+          den != 0.f ? (M + __log2f(den)) * kLn2 : NAN;
   }
 }
 

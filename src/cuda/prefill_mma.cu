@@ -420,7 +420,9 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    inv[h] = l_run[h] != 0.f ? 1.f / l_run[h] : 0.f;  // NaN (NaN scores) passes through
+    // NaN (NaN scores) passes through; l = 0 (every logit -inf, no sink) is 0/0: NaN, as in
+    // the oracle (every written row has keys: its own position at least).
+    inv[h] = l_run[h] != 0.f ? 1.f / l_run[h] : NAN;
   }
   T* so = sK + warp * 16 * HEAD;
   {
@@ -442,7 +444,7 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
         const std::int64_t tok = q0 + tb + rr / G;
         const std::int64_t head = g * G + rr % G;
         p.lse[tok * p.l_tok + head * p.l_head] =
-            l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : -INFINITY;
+            l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : NAN;
       }
     }
   }

@@ -107,6 +107,7 @@ std::string case_name(const CaseConfig& c) {
   if (c.slot_dtype == DType::kInt32) n += "_i32slots";
   if (!c.lse) n += "_nolse";
   if (c.nan_query) n += "_nanq";
+  if (c.neg_inf_keys) n += "_ninfk";
   if (!c.tag.empty()) {
     n += "_" + c.tag;
   } else {
@@ -915,6 +916,36 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     c.sinks = true;
     c.nan_query = true;
     c.tag = "nan7";
+    add(c);
+  }
+  // No finite logit (CaseConfig::neg_inf_keys): the rows of KV head 0 have only -inf logits.
+  // The same kernels and merges; every path must give NaN (0/0) where it used to give 0 and
+  // -inf on some paths and NaN on others, and the sink's own softmax with a sink.
+  {
+    const DecodeCase ns[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 0, 0, {{1024, 1}}, {}},             // small-call
+        {KVLayout::kNHD, 16, 128, 32, 8, f16, 0, 0, 1, {{3000, 1}, {1, 1}, {700, 1}}, {}},
+        {KVLayout::kHND, 16, 128, 16, 4, b16, 3, 0, 4, {{900, 1}}, {}},              // cluster, sinks
+        {KVLayout::kNHD, 16, 128, 16, 4, b16, 0, 0, 70, {{9000, 1}}, {}},            // merge kernel
+        {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},  // pairs
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 2, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},  // prefill
+    };
+    int i = 0;
+    for (const DecodeCase& d : ns) {
+      ++i;
+      if (quick && i != 1) continue;  // the sanitizer subset: small-call and (below) tiled
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
+      set_lengths(&c, d.lens);
+      set_decode_features(&c, d.feature, d.pad, d.splits);
+      c.neg_inf_keys = true;
+      c.tag = "ninf" + std::to_string(i);
+      add(c);
+    }
+    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
+    set_lengths(&c, {{400, 1}, {70, 9}});
+    c.plan.num_splits = 3;
+    c.neg_inf_keys = true;
+    c.tag = "ninf7";
     add(c);
   }
 

@@ -529,6 +529,11 @@ CaseResult run_case_checked(const CaseConfig& c) {
         amax = std::max(amax, std::fabs(v));
       }
     }
+    if (c.neg_inf_keys) {  // after the amax: the fp8 scales stay finite (not used with fp8)
+      for (std::int64_t i = 0; i < n_rows; ++i)
+        if (rows[static_cast<std::size_t>(i)].slot >= 0)
+          kv_f[static_cast<std::size_t>(i * kv_row_stride)] = -INFINITY;  // K, head 0, dim 0
+    }
     for (std::int64_t i = 0; i < n_rows; ++i) {
       if (rows[static_cast<std::size_t>(i)].slot < 0) continue;  // stays NaN
       for (std::int64_t e = 0; e < kv_row_stride; ++e)
@@ -581,6 +586,11 @@ CaseResult run_case_checked(const CaseConfig& c) {
       for (std::int64_t d = 0; d < D; ++d)
         numeric::store_from_float(q_bytes.data(), c.dtype, t * tok_stride + h * head_stride + d,
                                   rng.uniform(-1.0f, 1.0f));
+  if (c.neg_inf_keys) {  // the query heads of KV head 0: dim 0 positive, so q.k = -inf
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H / KVH; ++h)
+        numeric::store_from_float(q_bytes.data(), c.dtype, t * tok_stride + h * head_stride, 0.5f);
+  }
   if (c.nan_query) {
     for (std::int64_t t = 0; t < T; ++t)
       for (std::int64_t h = 0; h < H; ++h)

@@ -65,6 +65,12 @@ struct CaseConfig {
   /// LSE must be NaN, as the oracle's; every other row (the same GQA group included) must be
   /// exact.
   bool nan_query = false;
+  /// Fault class "no finite logit": dim 0 of every key of KV head 0 is -inf and dim 0 of its
+  /// query heads is 0.5, so every logit of those rows is -inf. The softmax is 0/0: output and
+  /// LSE NaN, as the oracle's (with a sink: output 0 and LSE the sink; with a softcap the
+  /// logits are finite). Every other KV head must be exact. Not for fp8 caches (e4m3 has no
+  /// infinity).
+  bool neg_inf_keys = false;
 };
 
 /// See CaseConfig::scale.
@@ -75,7 +81,7 @@ float case_scale(const CaseConfig& config);
 
 /// Readable unique name: "<layout>_bs<B>_h<D>_q<H>kv<KVH>_<dtype>[_<kvdtype>][_window<W>]
 /// [_softcap<C>][_alibi][_sinks][_pad<P>][_tile<T>][_splits<S>][_ks<K>_vs<V>][_tokpad<P>]
-/// [_headpad<P>][_stridedmeta][_i32slots][_nolse][_nanq]_<lengths-tag>" (kvdtype "fp8e4m3" or
+/// [_headpad<P>][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk]_<lengths-tag>" (kvdtype "fp8e4m3" or
 /// "fp8e5m2"; a '.' in a number is written 'p', so that every name is a valid GoogleTest
 /// parameter name: letters, digits and '_' only).
 std::string case_name(const CaseConfig& config);

@@ -333,6 +333,32 @@ TEST(CpuBackendSmoke, ResultIsIndependentOfThreadCount) {
 
 // ------------------------------------------------------------------ merge_attention_states
 
+// An LSE of NaN or +inf against an empty (-inf) state: e^(l - lse) is NaN in the identity, and
+// the API promises NaN results (the CUDA merge gives them); passing the state through would
+// hide the non-finite input. Both sides, both kinds.
+TEST(CpuMerge, NonFiniteLseAgainstAnEmptyStateGivesNaN) {
+  const int T = 1, H = 4, D = 8;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const float pinf = std::numeric_limits<float>::infinity();
+  std::vector<float> oa(T * H * D, 0.25f), ob(T * H * D, -0.5f), out(T * H * D, 99.0f);
+  std::vector<float> la = {NAN, pinf, ninf, ninf};
+  std::vector<float> lb = {ninf, ninf, NAN, pinf};
+  std::vector<float> lo(T * H, 0.0f);
+  auto view3 = [&](std::vector<float>& v) {
+    return TensorView::contiguous(v.data(), DType::kFloat32, {T, H, D});
+  };
+  auto view2 = [&](std::vector<float>& v) {
+    return TensorView::contiguous(v.data(), DType::kFloat32, {T, H});
+  };
+  ASSERT_TRUE(merge_attention_states(view3(oa), view2(la), view3(ob), view2(lb), view3(out),
+                                     view2(lo))
+                  .ok());
+  for (int h = 0; h < H; ++h) {
+    EXPECT_TRUE(std::isnan(lo[h])) << "head " << h << ": lse " << lo[h];
+    for (int d = 0; d < D; ++d) EXPECT_TRUE(std::isnan(out[h * D + d])) << "head " << h;
+  }
+}
+
 TEST(CpuMerge, MatchesTheLogSumExpIdentity) {
   const int T = 3, H = 2, D = 8;
   const float ninf = -std::numeric_limits<float>::infinity();

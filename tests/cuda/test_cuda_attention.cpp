@@ -337,6 +337,13 @@ TEST(SanitizeEdges, MergeStatesMatchesCpuAndMayAlias) {
     la[0] = ninf;          // only b
     lb[4] = ninf;          // only a
     la[8] = lb[8] = ninf;  // neither: out 0, lse -inf
+    // Non-finite LSEs against an empty state: NaN results on both backends (the API's rule).
+    la[10] = NAN;
+    lb[10] = ninf;
+    la[12] = std::numeric_limits<float>::infinity();
+    lb[12] = ninf;
+    la[14] = ninf;
+    lb[14] = NAN;
     // CPU
     std::vector<std::uint8_t> cpu_out(a.size());
     std::vector<float> cpu_lse(la.size());
@@ -372,10 +379,17 @@ TEST(SanitizeEdges, MergeStatesMatchesCpuAndMayAlias) {
     for (std::int64_t i = 0; i < T * H * D; ++i) {
       const double g = numeric::load_as_float(gpu_out.data(), dt, i);
       const double c = numeric::load_as_float(cpu_out.data(), dt, i);
+      if (std::isnan(c)) {
+        ASSERT_TRUE(std::isnan(g)) << "element " << i << ": " << g << ", CPU NaN";
+        continue;
+      }
       ASSERT_LE(std::fabs(g - c), tol.atol + tol.rtol * std::fabs(c)) << "element " << i;
     }
+    for (std::int64_t r : {10, 12, 14}) EXPECT_TRUE(std::isnan(cpu_lse[r])) << "lse " << r;
     for (std::int64_t i = 0; i < T * H; ++i) {
-      if (std::isinf(cpu_lse[i])) {
+      if (std::isnan(cpu_lse[i])) {
+        EXPECT_TRUE(std::isnan(gpu_lse[i])) << "lse " << i;
+      } else if (std::isinf(cpu_lse[i])) {
         EXPECT_EQ(gpu_lse[i], cpu_lse[i]) << "lse " << i;
       } else {
         EXPECT_NEAR(gpu_lse[i], cpu_lse[i], 1e-5 + 1e-5 * std::fabs(cpu_lse[i])) << "lse " << i;
