@@ -36,8 +36,10 @@ nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult
     j["kernel"] = to_string(r.choice.kernel);
     j["tile_tokens"] = r.choice.tile_tokens;
     j["num_splits"] = r.choice.num_splits;
-    // JSON has no infinity: a NaN anywhere is reported as null with "nan_seen".
-    const bool finite = std::isfinite(r.max_abs_error);
+    // JSON has no infinity: an unexpected non-finite element (NaN where the oracle has a
+    // number, or a number where it has NaN; NaN where the oracle has NaN is a match) makes the
+    // error unbounded, reported as null with "nan_seen".
+    const bool finite = std::isfinite(r.max_abs_error) && std::isfinite(r.worst_ratio);
     j["max_abs_error"] = finite ? nlohmann::json(r.max_abs_error) : nlohmann::json(nullptr);
     j["worst_ratio"] = finite ? nlohmann::json(r.worst_ratio) : nlohmann::json(nullptr);
     j["nan_seen"] = !finite;

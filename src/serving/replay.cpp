@@ -596,8 +596,8 @@ Status Replay::setup() {
   // ---- requests: the first N records, in arrival order, lengths clipped
   const auto available = static_cast<std::int64_t>(trace_.records.size());
   if (c.requests > available) {
-    return invalid(fmt::format("--requests {}: trace '{}' has only {} records", c.requests,
-                               trace_.name, available));
+    return invalid(fmt::format("--requests {}: trace '{}' has only {} record{}", c.requests,
+                               trace_.name, available, available == 1 ? "" : "s"));
   }
   std::vector<TraceRecord> records(trace_.records.begin(), trace_.records.begin() + c.requests);
   // Stable: equal timestamps (Mooncake has many) keep file order.
@@ -637,6 +637,12 @@ Status Replay::setup() {
   const std::int64_t num_blocks =
       c.num_blocks > 0 ? c.num_blocks
                        : std::min(total_blocks, std::max(2 * max_need, (total_blocks + 1) / 2));
+  // How messages name the pool: the flag as typed, or the automatic size the user never typed.
+  auto blocks_flag = [&] {
+    return c.num_blocks > 0 ? fmt::format("--num-blocks {}", num_blocks)
+                            : fmt::format("the automatic pool of {} block{} (--num-blocks 0)",
+                                          num_blocks, num_blocks == 1 ? "" : "s");
+  };
 
   // ---- device
   Device device = Device::cpu();
@@ -678,9 +684,9 @@ Status Replay::setup() {
     const double physical = static_cast<double>(pages) * static_cast<double>(page_size);
     if (host_bytes > 0.8 * physical) {
       return invalid(fmt::format(
-          "--num-blocks {}: the KV cache needs {:.1f} GiB of host memory (K+V), more than 80% of "
+          "{}: the KV cache needs {:.1f} GiB of host memory (K+V), more than 80% of "
           "this machine's {:.1f} GiB",
-          num_blocks, host_bytes / 1073741824.0, physical / 1073741824.0));
+          blocks_flag(), host_bytes / 1073741824.0, physical / 1073741824.0));
     }
   }
 #endif
@@ -716,7 +722,7 @@ Status Replay::setup() {
   // ---- allocator and scheduler
   Result<BlockAllocator> allocator = BlockAllocator::create(num_blocks, c.seed);
   if (!allocator.ok()) {
-    return invalid(fmt::format("--num-blocks {}: {}", num_blocks, allocator.status().message()));
+    return invalid(fmt::format("{}: {}", blocks_flag(), allocator.status().message()));
   }
   allocator_.emplace(std::move(allocator).value());
   SchedulerConfig sc;
@@ -724,7 +730,15 @@ Status Replay::setup() {
   sc.max_seqs = c.max_seqs;
   sc.block_size = block_size_;
   Result<Scheduler> scheduler = Scheduler::create(sc, specs_, &*allocator_);
-  if (!scheduler.ok()) return scheduler.status();
+  if (!scheduler.ok()) {
+    // The scheduler names "--num-blocks N"; say so when N is the automatic pool, which the
+    // user did not type.
+    const std::string typed = fmt::format("--num-blocks {}:", num_blocks);
+    const std::string& m = scheduler.status().message();
+    if (c.num_blocks == 0 && m.rfind(typed, 0) == 0)
+      return invalid(blocks_flag() + ":" + m.substr(typed.size()));
+    return scheduler.status();
+  }
   scheduler_.emplace(std::move(scheduler).value());
   sample_rng_seed_ = mix64(c.seed ^ 0xC0FFEEull);
 
