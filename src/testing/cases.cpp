@@ -815,8 +815,10 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     }
   }
 
-  // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices.
-  auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep) {
+  // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices;
+  // `fault` sets a fault class on each.
+  auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep,
+                              void (*fault)(CaseConfig*) = nullptr) {
     int i = 0;
     for (const DecodeCase& d : table) {
       ++i;
@@ -825,6 +827,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       set_lengths(&c, d.lens);
       c.planned_seq_lens = d.planned;
       set_decode_features(&c, d.feature, d.pad, d.splits);
+      if (fault) fault(&c);
       c.tag = tag + std::to_string(i);
       add(c);
     }
@@ -899,17 +902,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 2, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},
     };
-    int i = 0;
-    for (const DecodeCase& d : ns) {
-      ++i;
-      if (quick && i % 2 == 0) continue;
-      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
-      set_lengths(&c, d.lens);
-      set_decode_features(&c, d.feature, d.pad, d.splits);
-      c.nan_query = true;
-      c.tag = "nan" + std::to_string(i);
-      add(c);
-    }
+    add_decode_table(ns, "nan", {1, 3, 5}, [](CaseConfig* c) { c->nan_query = true; });
     CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
     set_lengths(&c, {{400, 1}, {70, 9}});
     c.plan.num_splits = 3;
@@ -930,17 +923,8 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},  // pairs
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 2, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},  // prefill
     };
-    int i = 0;
-    for (const DecodeCase& d : ns) {
-      ++i;
-      if (quick && i != 1) continue;  // the sanitizer subset: small-call and (below) tiled
-      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
-      set_lengths(&c, d.lens);
-      set_decode_features(&c, d.feature, d.pad, d.splits);
-      c.neg_inf_keys = true;
-      c.tag = "ninf" + std::to_string(i);
-      add(c);
-    }
+    // The sanitizer subset: the small-call kernel and (below) the tiled kernel.
+    add_decode_table(ns, "ninf", {1}, [](CaseConfig* c) { c->neg_inf_keys = true; });
     CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
     set_lengths(&c, {{400, 1}, {70, 9}});
     c.plan.num_splits = 3;
