@@ -148,8 +148,9 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
     # A slice that still reaches every shared-memory path: splits (merge), padded pages (the
     # element-wise loader), block 2048, fp8, the head-64 edge, the writers, and the prefill
     # kernel's pipeline (split head 64 with 4 stages, hnd head 128 with 3 stages), the
-    # small-call kernel and the paired head-64 kernel, and the NaN-query cases (every merge).
-    slice='Sanitize/SanitizeQuick.*dsmall*:Sanitize/SanitizeQuick.*dpair*:Sanitize/SanitizeQuick.*nanq*:Sanitize/SanitizeQuick.*splits*:Sanitize/SanitizeQuick.*padded*:Sanitize/SanitizeQuick.*bs2048*:Sanitize/SanitizeQuick.*fp8scale*:SanitizeEdges.*:Sanitize/SanitizeWriter.*split_fp16_to_fp16*:SanitizePrefill/SanitizePrefillMma.*h64_q20kv4*:SanitizePrefill/SanitizePrefillMma.*h128_q24kv8*'
+    # small-call kernel and the paired head-64 kernel, and the NaN-query and no-finite-logit
+    # cases (every merge).
+    slice='Sanitize/SanitizeQuick.*dsmall*:Sanitize/SanitizeQuick.*dpair*:Sanitize/SanitizeQuick.*nanq*:Sanitize/SanitizeQuick.*ninfk*:Sanitize/SanitizeQuick.*splits*:Sanitize/SanitizeQuick.*padded*:Sanitize/SanitizeQuick.*bs2048*:Sanitize/SanitizeQuick.*fp8scale*:SanitizeEdges.*:Sanitize/SanitizeWriter.*split_fp16_to_fp16*:SanitizePrefill/SanitizePrefillMma.*h64_q20kv4*:SanitizePrefill/SanitizePrefillMma.*h128_q24kv8*'
     for tool in racecheck synccheck; do
       t0=$(date +%s)
       run_limited 90 20 "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 50 \
