@@ -553,12 +553,9 @@ Status merge_attention_states(const TensorView& out_a, const TensorView& lse_a,
           numeric::store_from_float(out.data, out.dtype, oo + d, 0.0f);
         }
         lse = kNegInf;
-      } else if (!use_b && !std::isfinite(la)) {
-        // NaN or +inf: e^(la - lse) is NaN, as the two-sided formula and the CUDA merge give.
-        for (std::int64_t d = 0; d < head_size; ++d)
-          numeric::store_from_float(out.data, out.dtype, oo + d, std::nanf(""));
-        lse = std::nanf("");
-      } else if (!use_a && !std::isfinite(lb)) {
+      } else if (use_a != use_b && !std::isfinite(use_a ? la : lb)) {
+        // The one state used has an LSE of NaN or +inf: e^(l - lse) is NaN, as the two-sided
+        // formula and the CUDA merge give.
         for (std::int64_t d = 0; d < head_size; ++d)
           numeric::store_from_float(out.data, out.dtype, oo + d, std::nanf(""));
         lse = std::nanf("");
