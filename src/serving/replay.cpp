@@ -331,10 +331,11 @@ Result<Scheduler> Scheduler::create(const SchedulerConfig& config,
     const std::int64_t need = s.blocks_for(spec.final_kv_tokens());
     if (need > allocator->num_blocks()) {
       return invalid(fmt::format(
-          "--num-blocks {}: request {} (prompt {} + output {} tokens) needs {} blocks of {} "
+          "{}: request {} (prompt {} + output {} tokens) needs {} blocks of {} "
           "tokens and could never run; use at least {}",
-          allocator->num_blocks(), i, spec.prompt_tokens, spec.output_tokens, need,
-          config.block_size, need));
+          config.pool_name.empty() ? fmt::format("--num-blocks {}", allocator->num_blocks())
+                                   : config.pool_name,
+          i, spec.prompt_tokens, spec.output_tokens, need, config.block_size, need));
     }
     RequestState state;
     state.spec = spec;
@@ -729,16 +730,9 @@ Status Replay::setup() {
   sc.token_budget = c.token_budget;
   sc.max_seqs = c.max_seqs;
   sc.block_size = block_size_;
+  sc.pool_name = blocks_flag();
   Result<Scheduler> scheduler = Scheduler::create(sc, specs_, &*allocator_);
-  if (!scheduler.ok()) {
-    // The scheduler names "--num-blocks N"; say so when N is the automatic pool, which the
-    // user did not type.
-    const std::string typed = fmt::format("--num-blocks {}:", num_blocks);
-    const std::string& m = scheduler.status().message();
-    if (c.num_blocks == 0 && m.rfind(typed, 0) == 0)
-      return invalid(blocks_flag() + ":" + m.substr(typed.size()));
-    return scheduler.status();
-  }
+  if (!scheduler.ok()) return scheduler.status();
   scheduler_.emplace(std::move(scheduler).value());
   sample_rng_seed_ = mix64(c.seed ^ 0xC0FFEEull);
 

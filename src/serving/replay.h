@@ -125,6 +125,9 @@ struct SchedulerConfig {
   int max_seqs = 256;
   /// Tokens per cache block. >= 1.
   int block_size = 16;
+  /// How error messages name the block pool; empty: "--num-blocks N" (N the allocator's
+  /// size). The replay passes its automatic pool's own name, which the user never typed.
+  std::string pool_name;
 };
 
 enum class RequestPhase : std::uint8_t { kWaiting, kPrefill, kDecode, kFinished };
