@@ -15,6 +15,7 @@
 #include "bench/probes/probe_check.h"
 #include "bench/runner.h"
 #include "src/cuda/bench_support.h"
+#include "src/cuda/cuda_common.cuh"
 
 namespace {
 
@@ -74,17 +75,9 @@ int main() {
   // call cut into 16 one-tile splits per KV head would need 8 co-resident clusters of 16.
   CK(cudaFuncSetAttribute(chase_kernel<true>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   for (const int csize : {8, 16}) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(csize * 8);
-    cfg.blockDim = dim3(128);
-    cfg.dynamicSmemBytes = smem_big;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = csize;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = pagedattn::cuda::x_cluster_config(
+        dim3(csize * 8), 128, smem_big, static_cast<unsigned>(csize), nullptr, &attr);
     int n = 0;
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, chase_kernel<true>, &cfg);
     std::printf("clusters of %d CTAs (97 KB each) resident at once: %d (%s)\n", csize, n,
@@ -104,18 +97,9 @@ int main() {
           if (variant < 2) {
             chase_kernel<false><<<64, 128, smem, st>>>(next, hops, out);
           } else {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(64);
-            cfg.blockDim = dim3(128);
-            cfg.dynamicSmemBytes = smem;
-            cfg.stream = st;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = 8;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t cfg =
+                pagedattn::cuda::x_cluster_config(dim3(64), 128, smem, 8, st, &attr);
             CK(cudaLaunchKernelEx(&cfg, chase_kernel<true>, static_cast<const int*>(next),
                                   hops, out));
           }

@@ -171,6 +171,27 @@ __device__ __forceinline__ float2 load_pair(const unsigned char* p) {
   }
 }
 
+/// A launch configuration of `grid` CTAs of `threads` threads with `smem_bytes` of dynamic
+/// shared memory on `stream`, in thread-block clusters of `cluster_x` CTAs along x (sm_90).
+/// `attr` receives the cluster attribute the configuration points to, so it must outlive
+/// every use of the configuration (cudaLaunchKernelEx, cudaOccupancyMaxActiveClusters).
+inline cudaLaunchConfig_t x_cluster_config(dim3 grid, unsigned threads, std::size_t smem_bytes,
+                                           unsigned cluster_x, cudaStream_t stream,
+                                           cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = cluster_x;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
 // ------------------------------------------------------------------ warp helpers
 
 /// The value an online softmax subtracts before exponentiating, given the running maximum `m`

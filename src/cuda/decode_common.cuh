@@ -288,18 +288,9 @@ template <class Kernel>
 inline cudaError_t launch_in_x_clusters(Kernel kernel, dim3 grid, unsigned threads,
                                         std::size_t smem_bytes, unsigned cluster_x,
                                         cudaStream_t stream, const DecodeParams& p) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads);
-  cfg.dynamicSmemBytes = smem_bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster_x;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg =
+      x_cluster_config(grid, threads, smem_bytes, cluster_x, stream, &attr);
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
