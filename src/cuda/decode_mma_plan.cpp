@@ -87,7 +87,9 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   std::int64_t longest = std::max(1, pr.batch.max_seq_len);
   std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
   if (pr.sliding_window > 0) {
-    longest = std::min<std::int64_t>(longest, pr.sliding_window + kDecodeTileTokens - 1);
+    // In 64 bits: a window near INT32_MAX (as long as "no window") must not wrap negative.
+    longest = std::min<std::int64_t>(
+        longest, std::int64_t{pr.sliding_window} + kDecodeTileTokens - 1);
     total = std::min<std::int64_t>(total, longest * std::max(1, pr.batch.num_decode_seqs));
   }
   auto round_up = [](std::int64_t v, std::int64_t m) { return (v + m - 1) / m * m; };

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <set>
 #include <string>
 #include <utility>
@@ -930,6 +931,28 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     c.plan.num_splits = 3;
     c.neg_inf_keys = true;
     c.tag = "ninf7";
+    add(c);
+  }
+
+  // The largest window (INT32_MAX, which covers every sequence: no window in effect) on the
+  // decode fast path (its split cut added a tile to the window in int and wrapped negative:
+  // a negative split size), a mixed batch (decode rows beside the prefill kernel) and the
+  // tiled kernel with forced splits.
+  if (!quick) {
+    CaseConfig c = base(dev, KVLayout::kNHD, 16, 128, 32, 8, b16, b16);
+    set_lengths(&c, {{3000, 1}, {1, 1}, {700, 1}});
+    c.sliding_window = std::numeric_limits<std::int32_t>::max();
+    c.sinks = true;
+    c.tag = "winmax1";
+    add(c);
+    set_lengths(&c, {{300, 40}, {50, 50}, {33, 1}});
+    c.tag = "winmax2";
+    add(c);
+    c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
+    set_lengths(&c, {{400, 1}, {70, 9}});
+    c.sliding_window = std::numeric_limits<std::int32_t>::max();
+    c.plan.num_splits = 3;
+    c.tag = "winmax3";
     add(c);
   }
 

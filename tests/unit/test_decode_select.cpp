@@ -131,6 +131,27 @@ TEST(DecodeMmaSplits, ForcedSplitsCutTheLongestSequence) {
   EXPECT_EQ(cfg.num_splits, (3000 + 63) / 64);
 }
 
+// A sliding window is any int32 >= 0; one at least as long as every sequence (up to
+// INT32_MAX, which some callers pass for "no window") covers the whole sequence, so the cut
+// is that of no window. The window's key range (window + 63 tokens) was formed in int: past
+// INT32_MAX - 63 it overflowed to a negative length, and the cut got num_splits <= 0 (a grid
+// without splits, or a launch error) for a call the CPU backend runs.
+TEST(DecodeMmaSplits, HugeWindowsCutLikeNoWindow) {
+  ProblemDesc p = decode_problem({3000, 1, 700}, 32, 8, 128);
+  for (int window : {3000, 1 << 30, INT_MAX - 64, INT_MAX - 63, INT_MAX - 1, INT_MAX}) {
+    p.sliding_window = window;
+    for (int forced : {0, 3}) {
+      const DecodeMmaConfig cfg = decode_mma_config(p, synthetic_h200(), forced);
+      const DecodeMmaConfig ref = decode_mma_config(decode_problem({3000, 1, 700}, 32, 8, 128),
+                                                    synthetic_h200(), forced);
+      EXPECT_EQ(cfg.num_splits, ref.num_splits) << "window " << window << " forced " << forced;
+      EXPECT_EQ(cfg.chunk_tokens, ref.chunk_tokens) << "window " << window;
+      EXPECT_GE(cfg.num_splits, 1) << "window " << window;
+      EXPECT_GE(decode_num_splits(3000, window, cfg.chunk_tokens, cfg.num_splits), 1);
+    }
+  }
+}
+
 // Equal sequences whose (sequence, KV head) pairs fit in one wave of CTA slots, whose one-wave
 // splits would be >= 2048 tokens and fill the wave, are cut for one wave: never more CTAs than
 // slots (a second wave's ramp and tail), and at least a full wave's worth of splits, or 8 when
