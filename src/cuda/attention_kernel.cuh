@@ -182,7 +182,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
         if (p.alibi) slope = p.alibi[head * p.alibi0];
         if (p.sinks && split == 0) {
           rmax = p.sinks[head * p.sinks0];
-          rsum = 1.f;
+          // e^(sink - max): 1 at the start, but 0 for a sink of -inf (no sink), which must
+          // not give a split 0 without keys the weight of a logit 0 in the merge.
+          rsum = rmax == -INFINITY ? 0.f : 1.f;
         }
       }
     }

@@ -265,7 +265,9 @@ __global__ void __launch_bounds__(kPrefillThreads, HEAD <= 64 ? 3 : 2)
     // exp counted once per row, by the quad's first thread).
     const bool sink = ok && p.sinks != nullptr;
     m_run[h] = sink ? p.sinks[static_cast<std::int64_t>(head) * p.sinks_stride] * kLog2e : -INFINITY;
-    l_run[h] = (sink && (lane & 3) == 0) ? 1.f : 0.f;
+    // A sink of -inf is no sink: its term e^(sink - max) is 0, not 1 (a row whose logits are
+    // all -inf must stay 0/0 = NaN, as in the oracle).
+    l_run[h] = (sink && m_run[h] != -INFINITY && (lane & 3) == 0) ? 1.f : 0.f;
   }
   float o[DT][4];
 #pragma unroll

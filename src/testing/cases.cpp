@@ -109,6 +109,7 @@ std::string case_name(const CaseConfig& c) {
   if (!c.lse) n += "_nolse";
   if (c.nan_query) n += "_nanq";
   if (c.neg_inf_keys) n += "_ninfk";
+  if (c.neg_inf_sinks) n += "_ninfsink";
   if (!c.tag.empty()) {
     n += "_" + c.tag;
   } else {
@@ -932,6 +933,45 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     c.neg_inf_keys = true;
     c.tag = "ninf7";
     add(c);
+  }
+
+  // A sink of -inf (CaseConfig::neg_inf_sinks: the even query heads have none) through every
+  // kernel with a window: a -inf sink must weigh nothing. The tiled kernel puts the sink in
+  // split 0 only; with a window, split 0 of a long decode row can hold none of its keys
+  // (ninfsink7: 3 forced splits of 192 keys, the row sees [336, 400)), and a running sum started
+  // at 1 for the -inf sink then gives that empty split the weight of a logit 0 in the merge.
+  // The prefill kernel starts the running sum at 1 too and keeps it while the row's maximum
+  // stays -inf: with only -inf logits (neg_inf_keys) it wrote output 0 and LSE 0 where the
+  // oracle has 0/0 = NaN (ninfsink6). The decode kernels: small-call, one split, cluster merge,
+  // merge kernel, head-64 rows. On the CPU these are ordinary sink cases.
+  {
+    const DecodeCase ns[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 3, 0, 0, {{1024, 1}}, {}},             // small-call
+        {KVLayout::kNHD, 16, 128, 32, 8, f16, 3, 0, 1, {{3000, 1}, {1, 1}, {700, 1}}, {}},
+        {KVLayout::kHND, 16, 128, 16, 4, b16, 3, 0, 4, {{900, 1}}, {}},              // cluster
+        {KVLayout::kNHD, 16, 128, 16, 4, b16, 3, 0, 70, {{9000, 1}}, {}},            // merge kernel
+        {KVLayout::kNHD, 16, 64, 32, 8, b16, 3, 0, 0, {{3000, 1}, {64, 1}, {17, 1}}, {}},
+    };
+    // The sanitizer subset: the tiled kernel's empty split 0 (ninfsink7 below) only.
+    add_decode_table(ns, "ninfsink", {}, [](CaseConfig* c) { c->neg_inf_sinks = true; });
+    CaseConfig pf = base(dev, KVLayout::kNHD, 16, 128, 32, 8, b16, b16);
+    set_lengths(&pf, {{300, 40}, {50, 50}, {33, 1}});
+    set_decode_features(&pf, 3, 0, 0);
+    pf.neg_inf_sinks = true;
+    pf.neg_inf_keys = true;
+    pf.tag = "ninfsink6";
+    if (!quick) add(pf);
+    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
+    set_lengths(&c, {{400, 1}, {70, 9}});
+    c.sliding_window = 64;
+    c.plan.num_splits = 3;
+    c.sinks = true;
+    c.neg_inf_sinks = true;
+    c.tag = "ninfsink7";
+    add(c);
+    c.neg_inf_keys = true;
+    c.tag = "ninfsink8";
+    if (!quick) add(c);
   }
 
   // The largest window (INT32_MAX, which covers every sequence: no window in effect) on the

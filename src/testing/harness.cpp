@@ -613,6 +613,8 @@ CaseResult run_case_checked(const CaseConfig& c) {
     // Raw logits comparable with the (boosted) scaled scores, so that the sink matters.
     sinks[static_cast<std::size_t>(h)] = rng.uniform(-1.0f, 3.0f);
   }
+  if (c.neg_inf_sinks)  // after the draws: the other inputs are those of the case without it
+    for (std::int64_t h = 0; h < H; h += 2) sinks[static_cast<std::size_t>(h)] = -INFINITY;
   // seq_lens and query_start_loc, every other element when strided (gaps hold INT32_MAX).
   const std::int64_t ms = c.strided_metadata ? 2 : 1;
   std::vector<std::int32_t> seq_lens(static_cast<std::size_t>(num_seqs * ms), 0x7FFFFFFF);

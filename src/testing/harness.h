@@ -71,6 +71,14 @@ struct CaseConfig {
   /// logits are finite). Every other KV head must be exact. Not for fp8 caches (e4m3 has no
   /// infinity).
   bool neg_inf_keys = false;
+  /// Fault class "a sink of -inf" (attention.h: a sink is finite or -inf, -inf meaning no sink
+  /// for that head): with `sinks`, the sinks of the even query heads are -inf and the others
+  /// finite. A -inf sink must weigh nothing. A kernel that starts such a row's running sum at
+  /// e^0 = 1 whatever the sink, and keeps it where no key of that state raises the maximum (a
+  /// KV split without keys in the row's window, or keys whose logits are all -inf), gives that
+  /// split the weight of a logit 0 in the merge (a diluted output) or, with neg_inf_keys,
+  /// output 0 and LSE 0 instead of the oracle's NaN.
+  bool neg_inf_sinks = false;
 };
 
 /// See CaseConfig::scale.
@@ -81,7 +89,7 @@ float case_scale(const CaseConfig& config);
 
 /// Readable unique name: "<layout>_bs<B>_h<D>_q<H>kv<KVH>_<dtype>[_<kvdtype>][_window<W>]
 /// [_softcap<C>][_alibi][_sinks][_pad<P>][_tile<T>][_splits<S>][_ks<K>_vs<V>][_tokpad<P>]
-/// [_headpad<P>][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk]_<lengths-tag>" (kvdtype "fp8e4m3" or
+/// [_headpad<P>][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk][_ninfsink]_<lengths-tag>" (kvdtype "fp8e4m3" or
 /// "fp8e5m2"; a '.' in a number is written 'p', so that every name is a valid GoogleTest
 /// parameter name: letters, digits and '_' only).
 std::string case_name(const CaseConfig& config);
