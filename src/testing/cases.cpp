@@ -104,6 +104,11 @@ std::string case_name(const CaseConfig& c) {
   if (c.scale != 0.0f) n += "_scale" + num_tag(c.scale);
   if (c.token_pad != 0) n += "_tokpad" + num_tag(static_cast<double>(c.token_pad));
   if (c.head_pad != 0) n += "_headpad" + num_tag(static_cast<double>(c.head_pad));
+  if (c.value_page_pad >= 0 && c.value_page_pad != c.page_pad)
+    n += "_vpad" + num_tag(static_cast<double>(c.value_page_pad));
+  if (c.out_token_pad >= 0 && c.out_token_pad != c.token_pad)
+    n += "_outpad" + num_tag(static_cast<double>(c.out_token_pad));
+  if (c.in_place) n += "_inplace";
   if (c.strided_metadata) n += "_stridedmeta";
   if (c.slot_dtype == DType::kInt32) n += "_i32slots";
   if (!c.lse) n += "_nolse";
@@ -595,6 +600,96 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     c.strided_metadata = true;
     c.tag = "strided";
     add(c);
+  }
+
+  // K and V caches with different block strides (different page padding): every kernel must
+  // address V through V's own strides (vLLM's kernels take `kv_block_stride` from the key cache
+  // and use it for both). Shapes that reach, on an H200, the decode fast path (grid, small-call
+  // and head-64 pairs), the prefill kernel beside decode rows, and the tiled kernel (odd
+  // padding, fp32, fp8), in every layout.
+  {
+    struct KV {
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt, kv;
+      std::int64_t kpad, vpad;
+      std::vector<std::pair<int, int>> lens;
+    };
+    const std::vector<std::pair<int, int>> dec = {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}};
+    const std::vector<std::pair<int, int>> mix = {{300, 40}, {50, 50}, {33, 1}, {17, 0}, {129, 1}};
+    const KV kvs[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, b16, 0, 64, dec},
+        {KVLayout::kHND, 16, 128, 32, 8, f16, f16, 32, 0, mix},
+        {KVLayout::kSplit, 16, 64, 16, 2, b16, b16, 0, 40, dec},
+        {KVLayout::kNHD, 16, 64, 32, 8, b16, b16, 8, 72, dec},  // head-64 pairs
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, b16, 0, 64, {{1024, 1}}},  // small-call
+        {KVLayout::kSplit, 32, 96, 12, 4, f32, f32, 3, 0, mix},
+        {KVLayout::kHND, 16, 128, 16, 4, b16, e4m3, 16, 48, mix},
+    };
+    int i = 0;
+    for (const KV& k : kvs) {
+      ++i;
+      if (quick) continue;  // the sanitizer subset is at its size limit
+      CaseConfig c = base(dev, k.layout, k.block, k.head, k.heads, k.kv_heads, k.dt, k.kv);
+      set_lengths(&c, k.lens);
+      c.page_pad = k.kpad;
+      c.value_page_pad = k.vpad;
+      if (is_fp8(k.kv)) {
+        c.k_scale = 0.5f;
+        c.v_scale = 0.25f;
+      }
+      c.tag = "kvstride" + std::to_string(i);
+      add(c);
+    }
+  }
+
+  // The output with other strides than the query (a kernel that stores with the query's
+  // strides writes the wrong rows), and attention in place (out is the query view, which
+  // AttentionArgs allows: every row must read its query before an output is stored over it,
+  // across KV splits and merges). On an H200: the decode fast path with its split merges and
+  // forced splits, the small-call kernel, head-64 pairs, the prefill kernel beside decode rows,
+  // the tiled kernel with splits (fp32, odd padding).
+  {
+    struct O {
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt;
+      std::int64_t qpad, opad, hpad;  // token_pad, out_token_pad (-1: in place), head_pad
+      int splits;
+      std::vector<std::pair<int, int>> lens;
+    };
+    const std::vector<std::pair<int, int>> dec = {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}};
+    const std::vector<std::pair<int, int>> mix = {{300, 40}, {50, 50}, {33, 1}, {17, 0}, {129, 1}};
+    const O os[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 24, 0, 0, dec},
+        {KVLayout::kHND, 16, 128, 32, 8, f16, 16, 0, 0, 0, mix},
+        {KVLayout::kSplit, 16, 96, 12, 4, f32, 0, 5, 0, 3, mix},
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, 40, 8, 0, {{1024, 1}}},  // small-call
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, -1, 0, 0, dec},
+        {KVLayout::kNHD, 16, 128, 32, 8, f16, 0, -1, 0, 5, dec},
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, 0, -1, 0, 0, {{1024, 1}}},  // small-call
+        {KVLayout::kNHD, 16, 64, 32, 8, b16, 0, -1, 0, 0, dec},           // head-64 pairs
+        {KVLayout::kHND, 16, 128, 32, 8, b16, 24, -1, 8, 0, mix},
+        {KVLayout::kSplit, 16, 96, 12, 4, f32, 0, -1, 0, 3, mix},
+        {KVLayout::kNHD, 16, 128, 16, 4, b16, 0, -1, 0, 70, {{9000, 1}}},  // the merge kernel
+    };
+    int i = 0;
+    for (const O& o : os) {
+      ++i;
+      if (quick) continue;
+      CaseConfig c = base(dev, o.layout, o.block, o.head, o.heads, o.kv_heads, o.dt, o.dt);
+      set_lengths(&c, o.lens);
+      c.token_pad = o.qpad;
+      c.head_pad = o.hpad;
+      if (o.opad < 0) {
+        c.in_place = true;
+      } else {
+        c.out_token_pad = o.opad;
+      }
+      c.plan.num_splits = o.splits;
+      c.tag = "outview" + std::to_string(i);
+      add(c);
+    }
   }
 
   // Long prefill chunks: many query tiles per sequence, causal masking across tiles, with and

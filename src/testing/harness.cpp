@@ -285,6 +285,10 @@ Status check_config(const CaseConfig& c) {
                                       c.num_heads, c.num_kv_heads));
   if (c.extra_blocks < 0) return invalid_config("extra_blocks < 0");
   if (c.token_pad < 0 || c.head_pad < 0) return invalid_config("token_pad or head_pad < 0");
+  if (c.value_page_pad < -1 || c.out_token_pad < -1)
+    return invalid_config("value_page_pad or out_token_pad < -1 (-1 = as the key / query)");
+  if (c.in_place && c.out_token_pad >= 0 && c.out_token_pad != c.token_pad)
+    return invalid_config("in_place needs out to be the query view (no out_token_pad)");
   if (c.dtype != DType::kFloat32 && c.dtype != DType::kFloat16 && c.dtype != DType::kBFloat16)
     return invalid_config(std::string("dtype ") + to_string(c.dtype) +
                           ": expected fp32, fp16 or bf16");
@@ -405,8 +409,9 @@ double estimated_host_bytes(const CaseConfig& c) {
     blocks += std::ceil(std::max(0, c.seq_lens[i]) / static_cast<double>(std::max(1, c.block_size)));
     if (i < c.query_lens.size()) q_tokens += std::max(0, c.query_lens[i]);
   }
-  const double block_elems = static_cast<double>(std::max(1, c.block_size)) * c.num_kv_heads *
-                                 c.head_size + static_cast<double>(std::max<std::int64_t>(0, c.page_pad));
+  const double block_elems =
+      static_cast<double>(std::max(1, c.block_size)) * c.num_kv_heads * c.head_size +
+      static_cast<double>(std::max<std::int64_t>({0, c.page_pad, c.value_page_pad}));
   const double cache = 2.0 * 3.0 * blocks * block_elems * static_cast<double>(dtype_size(c.kv_dtype));
   const double rows = 2.0 * kv_tokens * c.num_kv_heads * c.head_size * 4.0 * 2.0;
   const double q = 4.0 * q_tokens * c.num_heads * c.head_size * 4.0;
@@ -598,7 +603,11 @@ CaseResult run_case_checked(const CaseConfig& c) {
           numeric::store_from_float(q_bytes.data(), c.dtype,
                                     t * tok_stride + h * head_stride + (t + 3 * h) % D, NAN);
   }
-  const std::vector<std::uint8_t> out_init = poisoned_bytes(c.dtype, act_elems);
+  // The output's own token stride (CaseConfig::out_token_pad), or the query view itself.
+  const std::int64_t out_tok_stride =
+      H * head_stride + (c.out_token_pad >= 0 ? c.out_token_pad : c.token_pad);
+  const std::int64_t out_elems = T > 0 ? (T - 1) * out_tok_stride + (H - 1) * head_stride + D : 0;
+  const std::vector<std::uint8_t> out_init = poisoned_bytes(c.dtype, out_elems);
   // lse rows are 2 floats apart beyond num_heads with strided metadata (strided output).
   const std::int64_t lse_stride = H + (c.strided_metadata ? 2 : 0);
   const std::int64_t lse_elems = T > 0 ? (T - 1) * lse_stride + H : 0;
@@ -625,10 +634,16 @@ CaseResult run_case_checked(const CaseConfig& c) {
     qsl[static_cast<std::size_t>(s * ms)] = starts[static_cast<std::size_t>(s)];
 
   // ---- caches, poisoned everywhere (tails, unused blocks, page padding) --------------------
+  // The value cache may have its own page padding (CaseConfig::value_page_pad).
   const KVCacheSpec spec = kv_cache_spec(c, pool);
+  KVCacheSpec vspec = spec;
+  if (c.value_page_pad >= 0) vspec.page_pad = c.value_page_pad;
   auto cache_elems = kv_cache_elements(spec);
   if (!cache_elems.ok()) return fail(cache_elems.status());
+  auto vcache_elems = kv_cache_elements(vspec);
+  if (!vcache_elems.ok()) return fail(vcache_elems.status());
   const std::vector<std::uint8_t> cache_init = poisoned_bytes(c.kv_dtype, *cache_elems);
+  const std::vector<std::uint8_t> vcache_init = poisoned_bytes(c.kv_dtype, *vcache_elems);
 
   // ---- device buffers ----------------------------------------------------------------------
   auto mk = [&](const std::vector<std::uint8_t>& payload, std::size_t guard) {
@@ -636,7 +651,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
   };
   auto b_kcache = mk(cache_init, kGuard);
   if (!b_kcache.ok()) return fail(b_kcache.status());
-  auto b_vcache = mk(cache_init, kGuard);
+  auto b_vcache = mk(vcache_init, kGuard);
   if (!b_vcache.ok()) return fail(b_vcache.status());
   auto b_kv = mk(kv_in, 0);
   if (!b_kv.ok()) return fail(b_kv.status());
@@ -659,7 +674,18 @@ CaseResult run_case_checked(const CaseConfig& c) {
   auto b_sinks = mk(as_bytes(sinks), 0);
   if (!b_sinks.ok()) return fail(b_sinks.status());
 
-  auto cache = make_kv_cache(spec, b_kcache->data(), b_vcache->data(), dev, k_scale, v_scale);
+  // K and V views from their own specs (make_kv_cache describes one spec; the value view of
+  // the second call carries the value padding).
+  auto make_cache = [&](void* kp, void* vp, Device d) -> Result<KVCache> {
+    auto kc = make_kv_cache(spec, kp, kp, d, k_scale, v_scale);
+    if (!kc.ok()) return kc.status();
+    auto vc = make_kv_cache(vspec, vp, vp, d, k_scale, v_scale);
+    if (!vc.ok()) return vc.status();
+    KVCache both = *kc;
+    both.value = vc->value;
+    return both;
+  };
+  auto cache = make_cache(b_kcache->data(), b_vcache->data(), dev);
   if (!cache.ok()) return fail(cache.status());
   const TensorView key_in = TensorView::strided(
       b_kv->data(), c.dtype, {n_rows + extra_rows, KVH, D}, {kv_row_stride, D, 1}, dev);
@@ -680,8 +706,8 @@ CaseResult run_case_checked(const CaseConfig& c) {
   }
 
   // ---- the writer oracle, on host copies of the same poisoned memory -------------------------
-  std::vector<std::uint8_t> ref_k = cache_init, ref_v = cache_init;
-  auto ref_cache = make_kv_cache(spec, ref_k.data(), ref_v.data(), Device::cpu(), k_scale, v_scale);
+  std::vector<std::uint8_t> ref_k = cache_init, ref_v = vcache_init;
+  auto ref_cache = make_cache(ref_k.data(), ref_v.data(), Device::cpu());
   if (!ref_cache.ok()) return fail(ref_cache.status());
   {
     const TensorView hk = TensorView::strided(kv_in.data(), c.dtype, {n_rows + extra_rows, KVH, D},
@@ -722,8 +748,11 @@ CaseResult run_case_checked(const CaseConfig& c) {
   AttentionArgs args;
   args.query =
       TensorView::strided(b_q->data(), c.dtype, {T, H, D}, {tok_stride, head_stride, 1}, dev);
-  args.out =
-      TensorView::strided(b_out->data(), c.dtype, {T, H, D}, {tok_stride, head_stride, 1}, dev);
+  // In place: the output is the query view (its buffer, which has no guard regions).
+  Buffer& out_buf = c.in_place ? b_q.value() : b_out.value();
+  args.out = c.in_place ? args.query
+                        : TensorView::strided(b_out->data(), c.dtype, {T, H, D},
+                                              {out_tok_stride, head_stride, 1}, dev);
   if (c.lse)
     args.lse = TensorView::strided(b_lse->data(), DType::kFloat32, {T, H}, {lse_stride, 1}, dev);
   args.cache = *cache;
@@ -773,21 +802,22 @@ CaseResult run_case_checked(const CaseConfig& c) {
   }
   std::vector<std::uint8_t> out_bytes, lse_bytes;
   {
-    Status st = b_out->download(&out_bytes);
+    Status st = out_buf.download(&out_bytes);
     if (st.ok()) st = b_lse->download(&lse_bytes);
     if (!st.ok()) return fail(st);
   }
   // DESIGN.md §3: the same plan and inputs give the same bits on every run (no atomics in
   // reductions, no races between threads). Run again into freshly poisoned outputs.
   {
-    Status st = b_out->upload(out_init);
+    // In place, the first run overwrote the query: restore it.
+    Status st = c.in_place ? b_q->upload(q_bytes) : b_out->upload(out_init);
     if (st.ok()) st = b_lse->upload(lse_init);
     if (st.ok())
       st = run_attention(*plan, args, plan->workspace_bytes() ? b_ws->data() : nullptr,
                          plan->workspace_bytes());
     if (st.ok() && dev.type == DeviceType::kCUDA) st = cuda::device_synchronize(dev.index);
     std::vector<std::uint8_t> out2, lse2;
-    if (st.ok()) st = b_out->download(&out2);
+    if (st.ok()) st = out_buf.download(&out2);
     if (st.ok()) st = b_lse->download(&lse2);
     if (!st.ok()) return fail(st);
     const std::int64_t at = first_difference(out2, out_bytes);
@@ -838,11 +868,12 @@ CaseResult run_case_checked(const CaseConfig& c) {
   // ---- compare ---------------------------------------------------------------------------------
   const Tolerance tol = tolerance_for(c.dtype, c.kv_dtype);
   Comparator cmp(tol, &r);
+  const TensorView& out = args.out;
   for (std::int64_t t = 0; t < T; ++t)
     for (std::int64_t h = 0; h < H; ++h)
       for (std::int64_t d = 0; d < D; ++d) {
         const double got =
-            numeric::load_as_float(out_bytes.data(), c.dtype, t * tok_stride + h * head_stride + d);
+            numeric::load_as_float(out_bytes.data(), c.dtype, t * out.strides[0] + h * head_stride + d);
         const double ref = ref_out[static_cast<std::size_t>((t * H + h) * D + d)];
         cmp.check(got, ref,
                   [&] { return fmt::format("out[{}, head {}, dim {}]", loc.where(t), h, d); });
@@ -862,17 +893,20 @@ CaseResult run_case_checked(const CaseConfig& c) {
                     cmp.failures(), r.elements_checked, tol.atol, tol.rtol, cmp.first()));
   // Elements of `out` outside every (token, head) row (token_pad, head_pad) belong to nobody:
   // they must keep their poison bit pattern.
-  if (c.token_pad > 0 || c.head_pad > 0) {
-    std::vector<char> owned(static_cast<std::size_t>(act_elems), 0);
+  // In place, the padding of the query buffer keeps the query's poison.
+  const std::vector<std::uint8_t>& out_before = c.in_place ? q_bytes : out_init;
+  const std::int64_t out_span = c.in_place ? act_elems : out_elems;
+  if (out.strides[0] > H * head_stride || c.head_pad > 0) {
+    std::vector<char> owned(static_cast<std::size_t>(out_span), 0);
     for (std::int64_t t = 0; t < T; ++t)
       for (std::int64_t h = 0; h < H; ++h)
-        std::fill_n(owned.begin() + static_cast<std::ptrdiff_t>(t * tok_stride + h * head_stride),
+        std::fill_n(owned.begin() + static_cast<std::ptrdiff_t>(t * out.strides[0] + h * head_stride),
                     D, 1);
     const std::size_t es = in_size;
-    for (std::int64_t e = 0; e < act_elems; ++e) {
+    for (std::int64_t e = 0; e < out_span; ++e) {
       if (owned[static_cast<std::size_t>(e)]) continue;
       if (std::memcmp(&out_bytes[static_cast<std::size_t>(e) * es],
-                      &out_init[static_cast<std::size_t>(e) * es], es) != 0) {
+                      &out_before[static_cast<std::size_t>(e) * es], es) != 0) {
         problems.push_back(
             fmt::format("out: padding element {} (between rows or heads) was overwritten", e));
         break;

@@ -53,6 +53,18 @@ struct CaseConfig {
   /// Elements between consecutive heads of query and out beyond head_size (head-strided
   /// activations). 0 = dense.
   std::int64_t head_pad = 0;
+  /// >= 0: the value cache's page padding, when it differs from the key cache's `page_pad`
+  /// (K and V with different block strides: a kernel that addresses V with K's strides, as
+  /// vLLM's kernels do with `kv_block_stride = key_cache.stride(0)`, reads the wrong
+  /// elements). -1 = the same as page_pad.
+  std::int64_t value_page_pad = -1;
+  /// >= 0: elements between consecutive tokens of `out` beyond num_heads * (head_size +
+  /// head_pad), when the output's token stride differs from the query's (a kernel that stores
+  /// the output with the query's strides writes the wrong rows). -1 = the same as token_pad.
+  std::int64_t out_token_pad = -1;
+  /// `out` is exactly the query view (in-place attention, which AttentionArgs allows): every
+  /// row must read its query before any output is stored over it.
+  bool in_place = false;
   /// Metadata tensors with non-unit strides: block_table rows 3 entries (of -1) apart,
   /// seq_lens and query_start_loc every other int32 (the gaps hold INT32_MAX), slot_mapping
   /// every other element (the gaps hold slot 0). Readers must use the strides, never assume
@@ -89,7 +101,7 @@ float case_scale(const CaseConfig& config);
 
 /// Readable unique name: "<layout>_bs<B>_h<D>_q<H>kv<KVH>_<dtype>[_<kvdtype>][_window<W>]
 /// [_softcap<C>][_alibi][_sinks][_pad<P>][_tile<T>][_splits<S>][_ks<K>_vs<V>][_tokpad<P>]
-/// [_headpad<P>][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk][_ninfsink]_<lengths-tag>" (kvdtype "fp8e4m3" or
+/// [_headpad<P>][_vpad<P>][_outpad<P>][_inplace][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk][_ninfsink]_<lengths-tag>" (kvdtype "fp8e4m3" or
 /// "fp8e5m2"; a '.' in a number is written 'p', so that every name is a valid GoogleTest
 /// parameter name: letters, digits and '_' only).
 std::string case_name(const CaseConfig& config);

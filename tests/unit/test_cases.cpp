@@ -58,6 +58,34 @@ TEST(CaseName, MatchesTheDesignExampleAndEncodesEveryKnob) {
   EXPECT_EQ(case_name(c), "nhd_bs16_h64_q8kv2_fp16_s3_max544_t6");
 }
 
+TEST(CaseName, EncodesValueStridesOutputStridesAndInPlace) {
+  CaseConfig c;
+  c.tag = "x";
+  c.page_pad = 32;
+  c.value_page_pad = 32;  // the same as the key's: not named
+  c.token_pad = 8;
+  c.out_token_pad = 8;
+  EXPECT_EQ(case_name(c), "nhd_bs16_h64_q8kv2_fp16_pad32_tokpad8_x");
+  c.value_page_pad = 0;
+  c.out_token_pad = 24;
+  EXPECT_EQ(case_name(c), "nhd_bs16_h64_q8kv2_fp16_pad32_tokpad8_vpad0_outpad24_x");
+  c.out_token_pad = -1;
+  c.in_place = true;
+  EXPECT_EQ(case_name(c), "nhd_bs16_h64_q8kv2_fp16_pad32_tokpad8_vpad0_inplace_x");
+}
+
+TEST(Matrix, HasValueStrideOutputStrideAndInPlaceCases) {
+  int vpad = 0, outpad = 0, inplace = 0;
+  for (const CaseConfig& c : matrix_cases(Device::cuda(0))) {
+    vpad += c.value_page_pad >= 0 && c.value_page_pad != c.page_pad;
+    outpad += c.out_token_pad >= 0 && c.out_token_pad != c.token_pad;
+    inplace += c.in_place;
+  }
+  EXPECT_GE(vpad, 5);
+  EXPECT_GE(outpad, 3);
+  EXPECT_GE(inplace, 5);
+}
+
 TEST(Matrix, NamesAreUniqueValidAndStable) {
   for (bool quick : {false, true}) {
     const auto cases = matrix_cases(Device::cpu(), quick);
