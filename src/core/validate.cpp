@@ -101,6 +101,9 @@ Status require_contiguous(const TensorView& t, const char* name) {
 }
 
 bool non_overlapping(const TensorView& t) {
+  // A tensor without elements has no two at one address, whatever its strides.
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.shape[d] == 0) return true;
   std::vector<std::pair<std::int64_t, std::int64_t>> dims;  // (stride, size)
   for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] > 1) dims.emplace_back(t.strides[d], t.shape[d]);

@@ -463,6 +463,29 @@ TEST_F(AttentionValidation, EmptyBatchIsANoOp) {
   EXPECT_TRUE(st.ok()) << st.to_string();
   ExpectUntouched();
 }
+TEST_F(AttentionValidation, EmptyOutputsWithBroadcastStridesAreAccepted) {
+  // Zero-element outputs have no two elements at one address, whatever their strides (an
+  // empty tensor expanded over heads: stride 0 in a dimension of extent > 1). Rejecting them
+  // as "elements overlap" fails an empty batch (e.g. a padded CUDA-graph step) for nothing.
+  std::vector<std::int32_t> zero = {0};
+  args.query = TensorView::contiguous(query.data(), DType::kFloat16, {0, H, D});
+  args.out = TensorView::strided(out.data(), DType::kFloat16, {0, H, D}, {D, 0, 1});
+  args.lse = TensorView::strided(lse.data(), DType::kFloat32, {0, H}, {1, 0});
+  args.block_table = TensorView::contiguous(block_table.data(), DType::kInt32, {0, 2});
+  args.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {0});
+  args.query_start_loc = TensorView::contiguous(zero.data(), DType::kInt32, {1});
+  const Status st = paged_attention(args, HostMetadata::from_args(args));
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  ExpectUntouched();
+  // The merge too.
+  std::vector<float> a(8), la(8);
+  const TensorView oa = TensorView::contiguous(a.data(), DType::kFloat32, {0, H, D});
+  const TensorView l = TensorView::contiguous(la.data(), DType::kFloat32, {0, H});
+  const TensorView o = TensorView::strided(out.data(), DType::kFloat32, {0, H, D}, {D, 0, 1});
+  const TensorView lo = TensorView::strided(lse.data(), DType::kFloat32, {0, H}, {1, 0});
+  const Status ms = merge_attention_states(oa, l, oa, l, o, lo);
+  EXPECT_TRUE(ms.ok()) << ms.to_string();
+}
 TEST_F(AttentionValidation, OutOnAnotherDevice) {
   args.out.device = Device::cuda(0);
   Expect(StatusCode::kInvalidArgument, "out.device");
