@@ -58,16 +58,27 @@ int run_verify(const VerifyFlags& flags) {
 
   std::vector<testing::CaseConfig> cases;
   if (!flags.cases.empty() || flags.quick) {
+    std::vector<std::string> unmatched;
     cases = testing::select_cases(testing::matrix_cases(*device, flags.quick),
-                                  flags.cases.empty() ? "all" : flags.cases);
-    if (cases.empty())
-      return report_failure("verify",
-                            Status(StatusCode::kInvalidArgument,
-                                   "--cases " + flags.cases + " matches no case"),
-                            json_out);
+                                  flags.cases.empty() ? "all" : flags.cases, &unmatched);
+    // A pattern that selects nothing is a typo even when its neighbours in the list select
+    // cases: running the rest would hide it.
+    if (cases.empty() || !unmatched.empty()) {
+      std::string which;
+      for (const std::string& u : unmatched) which += (which.empty() ? "'" : ", '") + u + "'";
+      const std::string subset = flags.quick ? " of the --quick subset" : "";
+      const std::string msg =
+          cases.empty() ? "--cases " + flags.cases + " matches no case" + subset
+                        : "--cases: " + which + (unmatched.size() == 1 ? " matches" : " match") +
+                              " no case" + subset + " (the other patterns do)";
+      return report_failure("verify", Status(StatusCode::kInvalidArgument, msg), json_out);
+    }
   } else {
     auto c = to_case_config(flags.config, *device);
     if (!c.ok()) return report_failure("verify", c.status(), json_out);
+    if (device->type == DeviceType::kCPU && c->plan.num_splits > 1)
+      std::fprintf(stderr, "note: --num-splits %d has no effect on the CPU: its backend never splits\n",
+                   c->plan.num_splits);
     cases.push_back(*c);
   }
 
@@ -113,8 +124,8 @@ int run_verify(const VerifyFlags& flags) {
     report["errors"] = errors;
     std::printf("%s\n", report.dump(2).c_str());
   } else {
-    std::printf("%d passed, %d failed, %d errors (%zu cases on %s)\n", passed, failed, errors,
-                cases.size(), to_string(*device).c_str());
+    std::printf("%d passed, %d failed, %d errors (%zu case%s on %s)\n", passed, failed, errors,
+                cases.size(), cases.size() == 1 ? "" : "s", to_string(*device).c_str());
   }
   // One error on a single-config run is that config's status (usage / unsupported / device).
   if (errors > 0) return no_device ? kExitNoDevice : kExitInvalid;

@@ -52,10 +52,10 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
                   "extra elements after each K and V block (padded pages)")
       ->capture_default_str();
   app->add_option("--seed", f->seed, "input seed")->check(kNonNegativeInteger)->capture_default_str();
-  app->add_option("--k-scale", f->k_scale, "fp8 key scale (0 = derived from the data)")
+  app->add_option("--k-scale", f->k_scale, "fp8 key scale, fp8 caches only (0 = derived from the data)")
       ->transform(float_flag(kScaleRange))
       ->capture_default_str();
-  app->add_option("--v-scale", f->v_scale, "fp8 value scale (0 = derived from the data)")
+  app->add_option("--v-scale", f->v_scale, "fp8 value scale, fp8 caches only (0 = derived from the data)")
       ->transform(float_flag(kScaleRange))
       ->capture_default_str();
   app->add_option("--tile-tokens", f->tile_tokens, "force KV tokens per tile (0 = chosen)")
@@ -195,6 +195,12 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
     return invalid("--k-scale " + fmt::format("{}", f.k_scale) + ": expected " + kScaleRange);
   if (!(std::isfinite(f.v_scale) && f.v_scale >= 0))
     return invalid("--v-scale " + fmt::format("{}", f.v_scale) + ": expected " + kScaleRange);
+  // Only an fp8 cache is scaled (DESIGN.md §2.6): a scale other than the default 1 given for
+  // another cache would be accepted and silently ignored (DESIGN.md §5): a usage error.
+  if (!is_fp8(c.kv_dtype) && (f.k_scale != 1.f || f.v_scale != 1.f))
+    return invalid(std::string(f.k_scale != 1.f ? "--k-scale" : "--v-scale") +
+                   " applies to an fp8 cache only (--kv-dtype fp8_e4m3 or fp8_e5m2); the cache "
+                   "here is " + to_string(c.kv_dtype));
   if (f.tile_tokens < 0)
     return invalid("--tile-tokens " + std::to_string(f.tile_tokens) + ": expected >= 0");
   if (f.num_splits < 0)

@@ -129,9 +129,10 @@ std::string case_name(const CaseConfig& c) {
 }
 
 std::vector<CaseConfig> select_cases(const std::vector<CaseConfig>& cases,
-                                     const std::string& glob) {
-  if (glob == "all" || glob.empty()) return cases;
-  // Several patterns may be given separated by commas ("*zeroq*,*win1*").
+                                     const std::string& glob,
+                                     std::vector<std::string>* unmatched) {
+  if (unmatched != nullptr) unmatched->clear();
+  if (glob.empty()) return cases;
   std::vector<std::string> patterns;
   std::size_t start = 0;
   while (start <= glob.size()) {
@@ -141,16 +142,23 @@ std::vector<CaseConfig> select_cases(const std::vector<CaseConfig>& cases,
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
+  std::vector<bool> used(patterns.size(), false);
   std::vector<CaseConfig> out;
   for (const CaseConfig& c : cases) {
     const std::string name = c.name.empty() ? case_name(c) : c.name;
-    for (const std::string& p : patterns) {
-      if (glob_match(p.c_str(), name.c_str())) {
-        out.push_back(c);
-        break;
+    bool selected = false;
+    // Every pattern is tried (not only up to the first match) so that each one's use is known.
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      if (patterns[i] == "all" || glob_match(patterns[i].c_str(), name.c_str())) {
+        used[i] = true;
+        selected = true;
       }
     }
+    if (selected) out.push_back(c);
   }
+  if (unmatched != nullptr)
+    for (std::size_t i = 0; i < patterns.size(); ++i)
+      if (!used[i]) unmatched->push_back(patterns[i]);
   return out;
 }
 

@@ -141,8 +141,12 @@ CaseResult run_case(const CaseConfig& config);
 /// compute-sanitizer subset) that still touches every kernel instantiation and boundary class.
 std::vector<CaseConfig> matrix_cases(Device device, bool quick = false);
 
-/// Cases whose name matches a glob ('*' and '?'); "all" = every case.
+/// Cases whose name matches `glob`: patterns ('*' and '?') separated by commas, each selecting
+/// the cases it matches; the pattern "all" (alone or in the list) selects every case. The cases
+/// keep their matrix order, each once. `unmatched` (optional) receives the patterns that match
+/// no case, so that a caller can reject a typo in one pattern of a list.
 std::vector<CaseConfig> select_cases(const std::vector<CaseConfig>& cases,
-                                     const std::string& glob);
+                                     const std::string& glob,
+                                     std::vector<std::string>* unmatched = nullptr);
 
 }  // namespace pagedattn::testing

@@ -274,6 +274,26 @@ TEST(SelectCases, GlobsAndLists) {
   EXPECT_TRUE(select_cases(all, "nhd_bs16").empty());
 }
 
+// The patterns of a list are reported when they select nothing (a typo beside a good pattern
+// would otherwise go unnoticed), "all" inside a list selects every case, and a case matched by
+// several patterns is selected once, in matrix order.
+TEST(SelectCases, ReportsPatternsThatMatchNothing) {
+  const auto all = matrix_cases(Device::cpu());
+  std::vector<std::string> unmatched{"stale"};
+  EXPECT_EQ(select_cases(all, "*_zeroq,no_such_case,*_allzeroq,also_none", &unmatched).size(), 4u);
+  EXPECT_EQ(unmatched, (std::vector<std::string>{"no_such_case", "also_none"}));
+  EXPECT_EQ(select_cases(all, "*_zeroq,*_allzeroq", &unmatched).size(), 4u);
+  EXPECT_TRUE(unmatched.empty());
+  EXPECT_EQ(select_cases(all, "*_zeroq,all", &unmatched).size(), all.size());
+  EXPECT_TRUE(unmatched.empty());
+  EXPECT_TRUE(select_cases(all, "nope", &unmatched).empty());
+  EXPECT_EQ(unmatched, (std::vector<std::string>{"nope"}));
+  const auto twice = select_cases(all, "*_zeroq,*zeroq", &unmatched);
+  const auto once = select_cases(all, "*zeroq", &unmatched);
+  ASSERT_EQ(twice.size(), once.size());
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_EQ(twice[i].name, once[i].name);
+}
+
 TEST(Tolerance, OneTableAsInTheDesign) {
   EXPECT_EQ(tolerance_for(DType::kFloat32, DType::kFloat32).atol, 1e-5);
   EXPECT_EQ(tolerance_for(DType::kFloat32, DType::kFloat32).rtol, 1e-5);
