@@ -87,7 +87,9 @@ struct TensorView {
 
 /// View a DLPack tensor. Strides may be null (dense). `byte_offset` is applied to `data`.
 /// Errors: kInvalidArgument for ndim outside 1..kMaxDims (scalars are not tensors here),
-/// lanes != 1, negative sizes or negative strides;
+/// lanes != 1, negative sizes or negative strides, an element count or a largest element
+/// offset that overflows int64 (an empty tensor, with a size 0, is accepted whatever its other
+/// sizes);
 /// kUnsupported for dtypes and devices pagedattn has no use for.
 Result<TensorView> from_dlpack(const DLTensor& tensor);
 

@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <limits>
 #include <sstream>
 
 namespace pagedattn {
@@ -167,17 +168,44 @@ Result<TensorView> from_dlpack(const DLTensor& t) {
                                                 ": pagedattn supports CPU and CUDA");
   }
   v.ndim = t.ndim;
-  std::int64_t dense = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  bool empty = false;
+  for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] < 0)
       return invalid("DLTensor.shape[" + std::to_string(d) + "] = " + std::to_string(t.shape[d]) +
                      ": expected >= 0");
-    v.shape[d] = t.shape[d];
-    v.strides[d] = t.strides ? t.strides[d] : dense;
+    empty |= t.shape[d] == 0;
+  }
+  // Products are checked before they are formed: a wrapped dense stride or element count would
+  // describe another tensor (a stride of 0, a numel() of 0) instead of failing.
+  std::int64_t dense = 1;     // product of the sizes after d (the dense stride of d)
+  std::int64_t numel = 1;
+  std::int64_t last = 0;      // largest element offset
+  bool dense_overflow = false;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    const std::int64_t size = t.shape[d];
+    v.shape[d] = size;
+    if (t.strides) {
+      v.strides[d] = t.strides[d];
+    } else {
+      // An empty tensor has no elements to address: its strides past an overflow are 0.
+      v.strides[d] = dense_overflow ? 0 : dense;
+      if (!dense_overflow && size > 1 && dense > kMax / size) dense_overflow = true;
+      else if (!dense_overflow) dense *= size;
+    }
     if (v.strides[d] < 0)
       return invalid("DLTensor.strides[" + std::to_string(d) + "] = " +
                      std::to_string(v.strides[d]) + ": negative strides are not supported");
-    dense *= t.shape[d];
+    if (empty) continue;
+    if (size > 1 && numel > kMax / size)
+      return invalid("DLTensor shape: the element count overflows int64 (at shape[" +
+                     std::to_string(d) + "] = " + std::to_string(size) + ")");
+    numel *= size;
+    if (size > 1 && v.strides[d] > 0 && (size - 1) > (kMax - last) / v.strides[d])
+      return invalid("DLTensor.strides[" + std::to_string(d) + "] = " +
+                     std::to_string(v.strides[d]) +
+                     ": the largest element offset overflows int64");
+    last += (size - 1) * v.strides[d];
   }
   v.data = static_cast<char*>(t.data) + t.byte_offset;
   return v;

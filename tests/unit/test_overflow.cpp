@@ -82,5 +82,49 @@ TEST(DLPackInputs, ScalarsAndNegativeSizesAreRejected) {
       << negative.status().message();
 }
 
+TEST(DLPackInputs, ShapesWhoseElementCountOverflowsAreRejected) {
+  float value = 1.0f;
+  DLTensor dl{};
+  dl.data = &value;
+  dl.device = {kDLCPU, 0};
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.ndim = 3;
+  // 2^65 elements: the dense strides computed for null strides wrapped (strides[0] became 0,
+  // an overlapping view) and numel() wrapped to 0 (the view looked empty).
+  std::int64_t shape[3] = {2, std::int64_t{1} << 32, std::int64_t{1} << 32};
+  dl.shape = shape;
+  dl.strides = nullptr;
+  auto dense = from_dlpack(dl);
+  ASSERT_FALSE(dense.ok()) << "strides " << dense->strides[0] << " " << dense->strides[1];
+  EXPECT_EQ(dense.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dense.status().message().find("overflows"), std::string::npos)
+      << dense.status().message();
+  // The same with explicit (broadcast) strides: the element count still overflows.
+  std::int64_t strides[3] = {0, 0, 1};
+  dl.strides = strides;
+  auto broadcast = from_dlpack(dl);
+  ASSERT_FALSE(broadcast.ok());
+  EXPECT_EQ(broadcast.status().code(), StatusCode::kInvalidArgument);
+  // Explicit strides whose largest offset overflows.
+  std::int64_t shape2[2] = {4, 2};
+  std::int64_t strides2[2] = {kMax / 2, 1};
+  dl.ndim = 2;
+  dl.shape = shape2;
+  dl.strides = strides2;
+  auto far = from_dlpack(dl);
+  ASSERT_FALSE(far.ok());
+  EXPECT_EQ(far.status().code(), StatusCode::kInvalidArgument);
+  // An empty tensor has no elements whatever its other sizes: accepted, with null strides too.
+  std::int64_t empty[3] = {0, std::int64_t{1} << 40, std::int64_t{1} << 40};
+  dl.ndim = 3;
+  dl.shape = empty;
+  dl.strides = nullptr;
+  auto e = from_dlpack(dl);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ(e->numel(), 0);
+  EXPECT_EQ(e->strides[2], 1);
+  EXPECT_EQ(e->strides[1], std::int64_t{1} << 40);
+}
+
 }  // namespace
 }  // namespace pagedattn
