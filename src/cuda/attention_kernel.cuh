@@ -426,8 +426,19 @@ cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, cudaStream_t stream
   auto kernel = tiled_attention_kernel<Q, KV, KP, MMAX>;
   const int smem = p.smem.total;
   if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    // The attribute belongs to the function on this device, not to this launch, and calls of
+    // one instance need different sizes (tile, head size, layout). Setting it to this call's
+    // size let a concurrent call on another host thread lower it between our set and our
+    // launch (cudaErrorInvalidValue). One value for every call of a device, its opt-in limit
+    // (the kernel has no static shared memory), removes the race; run_attention has checked
+    // smem <= that limit.
+    int device = 0, optin = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess) return e;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             optin > smem ? optin : smem);
     if (e != cudaSuccess) return e;
   }
   kernel<<<grid, kTiledThreads, smem, stream>>>(p);
