@@ -98,6 +98,10 @@ class AttentionPlan {
   std::shared_ptr<const State> state_;
 };
 
+/// Alignment in bytes that run_attention needs of a non-empty workspace (cudaMalloc and
+/// framework allocators give at least 256).
+inline constexpr std::size_t kWorkspaceAlignment = 16;
+
 /// Validate `args` (shapes, dtypes, strides, devices; data pointers may be null) and the values
 /// of `host` (query_start_loc monotone, starting at 0 and ending at num_tokens; 1 <= query_len
 /// <= seq_len for non-skipped sequences; block table wide enough; block ids in
@@ -116,7 +120,8 @@ Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetada
 /// lengths): the kernels read the lengths on the device and cover every key with the plan's
 /// split sizes, the decode fast path putting the remainder on each sequence's last split
 /// (src/cuda/decode_split.h) so that it never leaves its workspace. `workspace` must
-/// hold plan.workspace_bytes() bytes on the plan's device (may be null when that is 0).
+/// hold plan.workspace_bytes() bytes on the plan's device, at an address that is a multiple
+/// of kWorkspaceAlignment (kInvalidArgument otherwise); it may be null when that is 0.
 /// CUDA: asynchronous on `stream` (a stream of the tensors' device), no allocation, no host
 /// synchronisation, capturable in a CUDA graph; deterministic (no atomics in reductions). The
 /// kernels run on the tensors' device whatever the calling thread's current device is, and

@@ -1,6 +1,7 @@
 // Public entry points: validate everything first (so a failing call changes nothing), then
 // route to the backend of the tensors' device.
 #include <cmath>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -134,6 +135,17 @@ Status run_attention(const AttentionPlan& plan, const AttentionArgs& args, void*
     return invalid("workspace: " + std::to_string(workspace_bytes) + " bytes at " +
                    (workspace ? "a valid pointer" : "null") + ": the plan needs " +
                    std::to_string(st->workspace_bytes) + " bytes");
+  // The kernels store and load the split partials with 8- and 16-byte vector accesses at
+  // 256-byte offsets from `workspace`: an address off that alignment (a workspace carved out of
+  // a larger buffer at an odd offset) would be a misaligned-address fault on the GPU, which
+  // poisons the whole CUDA context, instead of an error.
+  if (st->workspace_bytes > 0 &&
+      reinterpret_cast<std::uintptr_t>(workspace) % kWorkspaceAlignment != 0)
+    return invalid("workspace: address " +
+                   std::to_string(reinterpret_cast<std::uintptr_t>(workspace)) +
+                   " is not a multiple of " + std::to_string(kWorkspaceAlignment) +
+                   " bytes (cudaMalloc and framework allocations are; an offset into a larger "
+                   "buffer must keep that alignment)");
   if (args.query.shape[0] == 0) return Status::Ok();
   if (args.query.device.type == DeviceType::kCUDA)
     return cuda::run_attention(*st, args, workspace, workspace_bytes, stream);

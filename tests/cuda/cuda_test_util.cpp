@@ -171,6 +171,10 @@ Status Problem::run(void* stream) {
   return run_attention(plan_, args_, ws_mem_.get(), plan_.workspace_bytes(), stream);
 }
 
+Status Problem::run_with_workspace(void* workspace, std::size_t bytes, void* stream) {
+  return run_attention(plan_, args_, workspace, bytes, stream);
+}
+
 Status Problem::run_convenience(void* stream) {
   return paged_attention(args_, host_, stream, spec_.plan);
 }

@@ -154,6 +154,8 @@ class Problem {
   Status plan_with(const HostMetadata& host);
   /// Run on `stream` (no synchronisation).
   Status run(void* stream = nullptr);
+  /// Run with a workspace the caller provides instead of the one plan() allocated.
+  Status run_with_workspace(void* workspace, std::size_t bytes, void* stream = nullptr);
   /// The one-call convenience path (paged_attention: its own plan and workspace, synchronises).
   Status run_convenience(void* stream = nullptr);
   /// Poison out and lse on the device (0xFF bytes = NaN).
