@@ -95,6 +95,18 @@ class AttentionValidation : public ::testing::Test {
     EXPECT_TRUE(bytes_of(value_cache) == value_before) << "value cache changed";
   }
 
+  /// `args` as a batch of no sequences and no tokens, writing into `out_view` and `lse_view`
+  /// (zero-token views of out and lse).
+  void UseEmptyBatch(const TensorView& out_view, const TensorView& lse_view) {
+    args.query = TensorView::contiguous(query.data(), DType::kFloat16, {0, H, D});
+    args.out = out_view;
+    args.lse = lse_view;
+    args.block_table = TensorView::contiguous(block_table.data(), DType::kInt32, {0, 2});
+    args.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {0});
+    args.query_start_loc = TensorView::contiguous(zero.data(), DType::kInt32, {1});
+  }
+  std::vector<std::int32_t> zero = {0};  // query_start_loc of an empty batch
+
   /// paged_attention (plan + run) on `a`, expecting `code` and `fragment`.
   void Expect(const AttentionArgs& a, StatusCode code, const std::string& fragment) {
     EXPECT_REJECTED(paged_attention(a, HostMetadata::from_args(a)), code, fragment);
@@ -452,13 +464,8 @@ TEST_F(AttentionValidation, KeyAndValueCacheOnDifferentDevices) {
 }
 TEST_F(AttentionValidation, EmptyBatchIsANoOp) {
   // No sequences at all: valid, and nothing is written.
-  std::vector<std::int32_t> zero = {0};
-  args.query = TensorView::contiguous(query.data(), DType::kFloat16, {0, H, D});
-  args.out = TensorView::contiguous(out.data(), DType::kFloat16, {0, H, D});
-  args.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {0, H});
-  args.block_table = TensorView::contiguous(block_table.data(), DType::kInt32, {0, 2});
-  args.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {0});
-  args.query_start_loc = TensorView::contiguous(zero.data(), DType::kInt32, {1});
+  UseEmptyBatch(TensorView::contiguous(out.data(), DType::kFloat16, {0, H, D}),
+                TensorView::contiguous(lse.data(), DType::kFloat32, {0, H}));
   const Status st = paged_attention(args, HostMetadata::from_args(args));
   EXPECT_TRUE(st.ok()) << st.to_string();
   ExpectUntouched();
@@ -467,13 +474,8 @@ TEST_F(AttentionValidation, EmptyOutputsWithBroadcastStridesAreAccepted) {
   // Zero-element outputs have no two elements at one address, whatever their strides (an
   // empty tensor expanded over heads: stride 0 in a dimension of extent > 1). Rejecting them
   // as "elements overlap" fails an empty batch (e.g. a padded CUDA-graph step) for nothing.
-  std::vector<std::int32_t> zero = {0};
-  args.query = TensorView::contiguous(query.data(), DType::kFloat16, {0, H, D});
-  args.out = TensorView::strided(out.data(), DType::kFloat16, {0, H, D}, {D, 0, 1});
-  args.lse = TensorView::strided(lse.data(), DType::kFloat32, {0, H}, {1, 0});
-  args.block_table = TensorView::contiguous(block_table.data(), DType::kInt32, {0, 2});
-  args.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {0});
-  args.query_start_loc = TensorView::contiguous(zero.data(), DType::kInt32, {1});
+  UseEmptyBatch(TensorView::strided(out.data(), DType::kFloat16, {0, H, D}, {D, 0, 1}),
+                TensorView::strided(lse.data(), DType::kFloat32, {0, H}, {1, 0}));
   const Status st = paged_attention(args, HostMetadata::from_args(args));
   EXPECT_TRUE(st.ok()) << st.to_string();
   ExpectUntouched();
