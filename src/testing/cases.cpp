@@ -1099,6 +1099,101 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     add(c);
   }
 
+  // Kernel boundaries the CPU cannot show (a review of the CUDA kernels; tags edge<kernel><i>,
+  // so `--cases '*_edge*'` runs them all). On the CPU they are ordinary cases; on an H200 each
+  // reaches the kernel named below (the host rules decode_mma_config, prefill_mma_supported
+  // and tiled_choose route them there).
+  //  - edgepf: the tensor-core prefill kernel (prefill_mma.cu). GQA ratios that do not divide
+  //    its 64 rows (5, 3, 6, 7, 48: a row tile then starts inside a token's head group, rem > 0,
+  //    and a warp's 16 rows span several tokens), a group wider than a whole row tile (80 heads
+  //    of one KV head: a token's rows cross two CTAs), a tile with a single valid row (13 x 5 =
+  //    65 rows), windows whose start falls inside a block, a 64-token tile and, for the split
+  //    layout, an 8-token value chunk (ld_lo < kv_lo), blocks of 8 (one value chunk per block)
+  //    and 24 (a multiple of 8 that does not divide 64), a chunk crossing a 2048-token block.
+  //    Decode rows of GQA > 16 run on the prefill kernel too (min_query_len 1).
+  //  - edgedec: the decode fast path (decode_mma.cu, decode_small.cu). The pipelined kernel
+  //    unpaired with block 1 (cursor step 64 blocks), blocks 48 and 24 (a tile advances whole
+  //    blocks plus a remainder: the cursor's carry), block 8 in the split layout, windows whose
+  //    start lands on, just before and just after a 64-token tile edge, window 1; cluster
+  //    merges of 2, 4 and 7 splits (7 splits of head 64, GQA 1: the last CTA combines no
+  //    output element, only LSEs); the small-call kernel with 5 and 7 splits (uneven units per
+  //    CTA) and GQA 5 and 10 (a partly padded head quad).
+  //  - edgetl: the tiled kernel (attention_kernel.cuh). fp8 with head 8 (8-byte copies, a key
+  //    row shorter than one 16-byte QK chunk: zeroed tail) and head 40 with odd padding
+  //    (element-wise fp8 copies); heads 136 and 200 (not multiples of 16; 3 and 4 dim pairs
+  //    per lane) with a 7-token block, a 5-token tile (tile_rows 8) and forced splits; a 33-token
+  //    tile on the split layout; GQA 48 with head 256 (two head groups of 32 rows, the second
+  //    half empty).
+  if (!quick) {
+    struct Edge {
+      const char* tag;
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt, kv;
+      int window;
+      int feature;  // 0 none, 1 softcap + ALiBi + sinks, 2 ALiBi + sinks, 3 softcap
+      std::int64_t pad;
+      int splits, tile;
+      std::vector<std::pair<int, int>> lens;
+    };
+    const KVLayout nhd = KVLayout::kNHD, hnd = KVLayout::kHND, spl = KVLayout::kSplit;
+    const std::vector<std::pair<int, int>> win64 = {{64, 1}, {65, 1}, {128, 1}, {129, 1},
+                                                    {127, 1}, {1000, 1}, {1025, 1}, {20, 0}};
+    const Edge es[] = {
+        // ---- prefill kernel
+        {"edgepf1", nhd, 16, 128, 20, 4, b16, b16, 0, 2, 0, 0, 0,
+         {{300, 40}, {77, 13}, {64, 1}, {20, 0}, {130, 64}}},
+        {"edgepf2", hnd, 16, 128, 20, 4, f16, f16, 43, 3, 0, 0, 0,
+         {{300, 40}, {77, 13}, {64, 1}, {130, 64}}},
+        {"edgepf3", spl, 16, 128, 48, 1, f16, f16, 37, 2, 0, 0, 0, {{200, 21}, {45, 45}, {9, 1}}},
+        {"edgepf4", nhd, 16, 64, 80, 1, b16, b16, 0, 2, 0, 0, 0,
+         {{100, 7}, {65, 1}, {1, 1}, {40, 0}, {33, 3}}},
+        {"edgepf5", hnd, 32, 64, 24, 8, f16, f16, 0, 3, 0, 0, 0, {{150, 70}, {5, 5}, {64, 1}}},
+        {"edgepf6", spl, 24, 64, 12, 2, b16, b16, 45, 0, 0, 0, 0, {{500, 100}, {90, 11}, {49, 1}}},
+        {"edgepf7", spl, 8, 128, 16, 2, b16, b16, 20, 1, 0, 0, 0, {{130, 30}, {17, 17}, {8, 1}}},
+        {"edgepf8", nhd, 2048, 64, 7, 1, f16, f16, 1000, 0, 64, 0, 0, {{2100, 40}, {2050, 1}}},
+        // ---- decode fast path
+        {"edgedec1", hnd, 1, 128, 32, 4, b16, b16, 0, 0, 0, 0, 0,
+         {{700, 1}, {1, 1}, {65, 1}, {20, 0}, {130, 1}}},
+        {"edgedec2", nhd, 48, 128, 24, 2, f16, f16, 0, 1, 0, 0, 0,
+         {{1000, 1}, {48, 1}, {49, 1}, {47, 1}, {20, 0}}},
+        {"edgedec3", spl, 24, 128, 16, 4, b16, b16, 64, 0, 0, 0, 0, win64},
+        {"edgedec4", spl, 8, 64, 8, 2, f16, f16, 0, 2, 0, 3, 0, {{300, 1}, {8, 1}, {9, 1}, {7, 1}}},
+        {"edgedec5", nhd, 16, 128, 32, 8, b16, b16, 64, 2, 0, 2, 0, win64},
+        {"edgedec6", nhd, 16, 64, 30, 3, f16, f16, 0, 0, 0, 7, 0, {{800, 1}}},
+        {"edgedec7", nhd, 16, 128, 20, 4, b16, b16, 0, 1, 0, 5, 0, {{600, 1}, {90, 1}}},
+        {"edgedec8", hnd, 16, 64, 8, 8, f16, f16, 0, 0, 0, 7, 0, {{3000, 1}, {1, 1}}},
+        {"edgedec9", nhd, 16, 128, 32, 8, f16, f16, 0, 2, 0, 2, 0, {{2000, 1}, {1500, 1}}},
+        {"edgedec10", spl, 16, 128, 32, 2, b16, b16, 0, 1, 0, 4, 0, {{1100, 1}, {3, 1}}},
+        {"edgedec11", nhd, 16, 128, 32, 8, b16, b16, 1, 2, 0, 0, 0,
+         {{1, 1}, {64, 1}, {65, 1}, {1000, 1}, {20, 0}}},
+        // ---- tiled kernel
+        {"edgetl1", nhd, 16, 8, 8, 2, f16, e4m3, 0, 0, 0, 0, 0, {{40, 1}, {33, 5}, {1, 1}}},
+        {"edgetl2", hnd, 16, 40, 10, 2, b16, e5m2, 20, 2, 3, 0, 0, {{70, 1}, {50, 9}}},
+        {"edgetl3", nhd, 7, 136, 10, 2, f32, f32, 0, 1, 0, 3, 0, {{200, 1}, {70, 9}, {7, 1}}},
+        {"edgetl4", hnd, 7, 200, 8, 2, f16, f16, 0, 3, 0, 0, 5, {{60, 1}, {33, 6}, {5, 1}}},
+        {"edgetl5", spl, 16, 72, 8, 2, f32, f32, 30, 0, 0, 0, 33, {{100, 1}, {70, 12}}},
+        {"edgetl6", nhd, 16, 256, 48, 1, b16, b16, 0, 2, 0, 0, 0, {{90, 1}, {40, 3}, {1, 1}}},
+    };
+    for (const Edge& e : es) {
+      CaseConfig c = base(dev, e.layout, e.block, e.head, e.heads, e.kv_heads, e.dt, e.kv);
+      set_lengths(&c, e.lens);
+      c.sliding_window = e.window;
+      c.softcap = e.feature == 1 || e.feature == 3 ? 30.0f : 0.0f;
+      c.alibi = e.feature == 1 || e.feature == 2;
+      c.sinks = e.feature == 1 || e.feature == 2;
+      c.page_pad = e.pad;
+      c.plan.num_splits = e.splits;
+      c.plan.tile_tokens = e.tile;
+      if (is_fp8(e.kv)) {
+        c.k_scale = 0.5f;
+        c.v_scale = 0.25f;
+      }
+      c.tag = e.tag;
+      add(c);
+    }
+  }
+
   // Heavy cases for the GPU only (DESIGN.md §4: run without the sanitizer).
   if (dev.type == DeviceType::kCUDA && !quick) {
     CaseConfig c = base(dev, KVLayout::kNHD, 16, 128, 32, 8, b16, b16);

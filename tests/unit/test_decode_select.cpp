@@ -19,6 +19,7 @@
 #include "src/cuda/decode_split.h"
 #include "src/cuda/mma_args.h"
 #include "src/cuda/prefill_mma.h"
+#include "src/testing/harness.h"
 #include "tests/unit/synthetic_device.h"
 
 namespace pagedattn::cuda {
@@ -686,6 +687,110 @@ TEST(DecodeMmaSplits, HeadsAdjacentFollowsTheHeadStride) {
       TensorView::strided(nullptr, DType::kBFloat16, {10, 16, 8, 64}, {16 * 16 * 64, 16 * 64, 128, 1},
                           Device::cuda(0));
   EXPECT_FALSE(decode_mma_heads_adjacent(mixed));
+}
+
+/// The kernel a named case reaches on a synthetic H200 (host rules only; the case's tensors
+/// are dense and 16-byte aligned unless it pads them): "dmma <mode> <splits>" for the decode
+/// fast path (mode small, cluster, worklist, merge or single; " pair" for head-64 pairs),
+/// "prefill" with "+dmma <mode> <splits>" when the decode rows take the fast path, else
+/// "tiled <tile> <splits>".
+std::string h200_route(const testing::CaseConfig& c) {
+  ProblemDesc p;
+  p.device = Device::cuda(0);
+  p.num_heads = c.num_heads;
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_size = c.head_size;
+  p.q_dtype = c.dtype;
+  p.cache_dtype = c.kv_dtype;
+  p.layout = c.layout;
+  p.block_size = c.block_size;
+  p.num_blocks = 1 << 20;
+  p.access = c.page_pad != 0 ? CacheAccess::kStrided : CacheAccess::kNative;
+  p.softcap = c.softcap;
+  p.sliding_window = c.sliding_window;
+  p.alibi = c.alibi;
+  p.sinks = c.sinks;
+  BatchSummary& b = p.batch;
+  b.num_seqs = static_cast<int>(c.seq_lens.size());
+  for (std::size_t i = 0; i < c.seq_lens.size(); ++i) {
+    const int q = c.query_lens[i];
+    b.num_tokens += q;
+    b.num_decode_seqs += q == 1;
+    b.num_prefill_seqs += q > 1;
+    b.num_empty_seqs += q == 0;
+    if (q > 0) b.total_kv_tokens += c.seq_lens[i];
+    b.max_seq_len = std::max(b.max_seq_len, c.seq_lens[i]);
+    b.max_query_len = std::max(b.max_query_len, q);
+  }
+  const DeviceInfo h200 = synthetic_h200();
+  const bool aligned = c.page_pad % 8 == 0;
+  const bool adjacent = c.layout == KVLayout::kNHD;
+  auto dmma = [&](int forced) {
+    const DecodeMmaConfig d = decode_mma_config(p, h200, forced, adjacent);
+    const char* mode = decode_mma_work_list(d.num_splits, b.num_seqs) ? "worklist"
+                       : d.small_kernel                                ? "small"
+                       : d.cluster_merge                               ? "cluster"
+                       : d.num_splits > 1                              ? "merge"
+                                                                       : "single";
+    return "dmma " + std::string(mode) + " " + std::to_string(d.num_splits) +
+           (d.pair_heads ? " pair" : "");
+  };
+  const bool forced = c.plan.num_splits > 0 || c.plan.tile_tokens > 0;
+  if (aligned && c.plan.tile_tokens == 0 && decode_mma_supported(p, nullptr))
+    return dmma(c.plan.num_splits);
+  if (aligned && !forced && prefill_mma_supported(p, kH200Smem, nullptr))
+    return decode_mma_rows_supported(p, nullptr) ? "prefill +" + dmma(0) : "prefill";
+  auto t = tiled_choose(p, h200, c.plan);
+  if (!t.ok()) return t.status().message();
+  return "tiled " + std::to_string(t->tile_tokens) + " " + std::to_string(t->num_splits);
+}
+
+// The edge cases of src/testing/cases.cpp (kernel boundaries the CPU cannot show) reach, on an
+// H200, the kernel and mode each was written for: a change of the selection rules that moves
+// one elsewhere must move the case too.
+TEST(MatrixCases, EdgeCasesReachTheirKernelsOnAnH200) {
+  const std::pair<const char*, const char*> expected[] = {
+      {"edgepf1", "prefill +dmma small 5"},
+      {"edgepf2", "prefill +dmma small 2"},
+      {"edgepf3", "prefill"},  // GQA 48: the decode row runs on the prefill kernel too
+      {"edgepf4", "prefill"},  // GQA 80
+      {"edgepf5", "prefill +dmma small 2"},
+      {"edgepf6", "prefill +dmma cluster 2"},
+      {"edgepf7", "prefill +dmma single 1"},
+      {"edgepf8", "prefill +dmma worklist 17"},
+      {"edgedec1", "dmma worklist 11"},
+      {"edgedec2", "dmma worklist 16"},
+      {"edgedec3", "dmma cluster 2"},
+      {"edgedec4", "dmma cluster 3"},
+      {"edgedec5", "dmma small 2"},
+      {"edgedec6", "dmma small 7"},
+      {"edgedec7", "dmma small 5"},
+      {"edgedec8", "dmma cluster 7"},
+      {"edgedec9", "dmma cluster 2"},
+      {"edgedec10", "dmma cluster 4"},
+      {"edgedec11", "dmma single 1"},
+      {"edgetl1", "tiled 40 1"},
+      {"edgetl2", "tiled 64 1"},
+      {"edgetl3", "tiled 64 3"},
+      {"edgetl4", "tiled 5 3"},
+      {"edgetl5", "tiled 33 1"},
+      {"edgetl6", "tiled 64 1"},
+  };
+  const auto cases = testing::matrix_cases(Device::cuda(0));
+  for (const auto& [tag, route] : expected) {
+    const auto it = std::find_if(cases.begin(), cases.end(),
+                                 [&](const testing::CaseConfig& c) { return c.tag == tag; });
+    ASSERT_NE(it, cases.end()) << tag;
+    EXPECT_EQ(h200_route(*it), route) << it->name;
+    if (std::string(tag).rfind("edgepf", 0) == 0 && std::string(tag) != "edgepf7") {
+      // Row tiles that start inside a token's head group (edgepf7 is about block 8).
+      const int gqa = it->num_heads / it->num_kv_heads;
+      EXPECT_NE(64 % gqa, 0) << it->name;
+    }
+  }
+  // edgedec8: 7 splits of one head-64 row (GQA 1): the cluster's last CTA combines no output
+  // element, only the LSEs.
+  EXPECT_GE(6 * decode_cluster_share(64, 1, 7), 64);
 }
 
 }  // namespace
