@@ -505,12 +505,26 @@ CaseResult run_case_checked(const CaseConfig& c) {
     std::int64_t slot;
   };
   std::vector<Row> rows;
-  for (int s = 0; s < num_seqs; ++s)
-    for (int t = 0; t < c.seq_lens[static_cast<std::size_t>(s)]; ++t)
+  for (int s = 0; s < num_seqs; ++s) {
+    // With a sliding window, the blocks that lie wholly below the first query row's window are
+    // never written: they keep the cache's NaN poison (DESIGN.md §2: blocks outside the window
+    // are never read into a result), as after an engine has freed them or pointed them at a
+    // null block. A kernel that reads such a block, even to weigh it 0, gives NaN.
+    const int len = c.seq_lens[static_cast<std::size_t>(s)];
+    const int qlen = c.query_lens[static_cast<std::size_t>(s)];
+    const std::int64_t window_lo =
+        c.sliding_window > 0 && qlen > 0
+            ? std::max<std::int64_t>(0, std::int64_t{len} - qlen - c.sliding_window + 1)
+            : 0;
+    const std::int64_t first_written = window_lo / BS * BS;
+    for (int t = 0; t < len; ++t) {
+      if (t < first_written) continue;
       rows.push_back({static_cast<std::int64_t>(
                           block_table[static_cast<std::size_t>(s * bt_stride + t / BS)]) *
                           BS +
                       t % BS});
+    }
+  }
   const int padding_rows = 2;
   for (int i = 0; i < padding_rows; ++i) rows.push_back({-1 - i});
   for (std::size_t i = rows.size(); i > 1; --i)
