@@ -938,6 +938,16 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     }
   };
 
+  // The tiled kernel with its split merge: split layout, fp32, head 96, 12/4 heads, a long
+  // decode row and a short prefill chunk, 3 forced splits (each fault class below runs it).
+  auto tiled_three_splits = [&](const char* tag) {
+    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
+    set_lengths(&c, {{400, 1}, {70, 9}});
+    c.plan.num_splits = 3;
+    c.tag = tag;
+    return c;
+  };
+
   // The small-call kernel (src/cuda/decode_small.cu): one-wave cluster calls on nhd/hnd caches
   // whose splits are at most 128 tokens (8 warps, one tile of 16 or 8 tokens each). Cluster
   // sizes 2-8, among them 3, 5, 6 and 7 (uneven output shares per CTA), GQA 1 (MQA per head),
@@ -1008,12 +1018,9 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
         {KVLayout::kNHD, 16, 128, 32, 8, b16, 2, 0, 0, {{300, 40}, {50, 50}, {33, 1}}, {}},
     };
     add_decode_table(ns, "nan", {1, 3, 5}, [](CaseConfig* c) { c->nan_query = true; });
-    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
-    set_lengths(&c, {{400, 1}, {70, 9}});
-    c.plan.num_splits = 3;
+    CaseConfig c = tiled_three_splits("nan7");
     c.sinks = true;
     c.nan_query = true;
-    c.tag = "nan7";
     add(c);
   }
   // No finite logit (CaseConfig::neg_inf_keys): the rows of KV head 0 have only -inf logits.
@@ -1030,11 +1037,8 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     };
     // The sanitizer subset: the small-call kernel and (below) the tiled kernel.
     add_decode_table(ns, "ninf", {1}, [](CaseConfig* c) { c->neg_inf_keys = true; });
-    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
-    set_lengths(&c, {{400, 1}, {70, 9}});
-    c.plan.num_splits = 3;
+    CaseConfig c = tiled_three_splits("ninf7");
     c.neg_inf_keys = true;
-    c.tag = "ninf7";
     add(c);
   }
 
@@ -1064,13 +1068,10 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     pf.neg_inf_keys = true;
     pf.tag = "ninfsink6";
     if (!quick) add(pf);
-    CaseConfig c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
-    set_lengths(&c, {{400, 1}, {70, 9}});
+    CaseConfig c = tiled_three_splits("ninfsink7");
     c.sliding_window = 64;
-    c.plan.num_splits = 3;
     c.sinks = true;
     c.neg_inf_sinks = true;
-    c.tag = "ninfsink7";
     add(c);
     c.neg_inf_keys = true;
     c.tag = "ninfsink8";
@@ -1091,11 +1092,8 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     set_lengths(&c, {{300, 40}, {50, 50}, {33, 1}});
     c.tag = "winmax2";
     add(c);
-    c = base(dev, KVLayout::kSplit, 16, 96, 12, 4, f32, f32);
-    set_lengths(&c, {{400, 1}, {70, 9}});
+    c = tiled_three_splits("winmax3");
     c.sliding_window = std::numeric_limits<std::int32_t>::max();
-    c.plan.num_splits = 3;
-    c.tag = "winmax3";
     add(c);
   }
 
