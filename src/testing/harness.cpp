@@ -517,8 +517,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
             ? std::max<std::int64_t>(0, std::int64_t{len} - qlen - c.sliding_window + 1)
             : 0;
     const std::int64_t first_written = window_lo / BS * BS;
-    for (int t = 0; t < len; ++t) {
-      if (t < first_written) continue;
+    for (std::int64_t t = first_written; t < len; ++t) {
       rows.push_back({static_cast<std::int64_t>(
                           block_table[static_cast<std::size_t>(s * bt_stride + t / BS)]) *
                           BS +
