@@ -5,37 +5,23 @@
 // layer of a step) gives every thread the bits a single-threaded run gives.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
 #include "pagedattn/reference.h"
 #include "src/core/numeric.h"
 #include "src/testing/harness.h"
+#include "tests/run_together.h"
 
 namespace pagedattn {
 namespace {
 
-/// Start `n` threads running fn(i) that begin together (so that their calls overlap) and join.
-template <class Fn>
-void run_together(int n, Fn fn) {
-  std::atomic<int> ready{0};
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < n) std::this_thread::yield();
-      fn(i);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+using testutil::run_together;
 
 TEST(Concurrency, RunCaseFromManyThreadsMatchesTheOracle) {
   // Different layouts, dtypes, head sizes, GQA ratios and features per thread, each run

@@ -3,12 +3,11 @@
 // change it in a way that breaks another thread's launch in flight.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/run_together.h"
 
 namespace pagedattn::cudatest {
 namespace {
@@ -46,23 +45,16 @@ TEST(CudaConcurrency, TiledCallsWithDifferentSharedMemoryOnTwoThreads) {
             problems[1]->attention_plan().choice().shared_memory_bytes);
 
   constexpr int kIters = 2000;
-  std::atomic<int> ready{0};
   std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&, i] {
-      ready.fetch_add(1);
-      while (ready.load() < 2) std::this_thread::yield();
-      for (int it = 0; it < kIters; ++it) {
-        const Status st = problems[static_cast<std::size_t>(i)]->run(streams[static_cast<std::size_t>(i)]);
-        if (!st.ok()) {
-          errors[static_cast<std::size_t>(i)] = "iteration " + std::to_string(it) + ": " + st.to_string();
-          return;
-        }
+  testutil::run_together(2, [&](int i) {
+    for (int it = 0; it < kIters; ++it) {
+      const Status st = problems[static_cast<std::size_t>(i)]->run(streams[static_cast<std::size_t>(i)]);
+      if (!st.ok()) {
+        errors[static_cast<std::size_t>(i)] = "iteration " + std::to_string(it) + ": " + st.to_string();
+        return;
       }
-    });
-  }
-  for (std::thread& t : threads) t.join();
+    }
+  });
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(errors[static_cast<std::size_t>(i)], "") << "thread " << i;
     PA_ASSERT_OK(cuda::testsupport::stream_synchronize(streams[static_cast<std::size_t>(i)]));
