@@ -241,7 +241,9 @@ class BatchAttention:
             cache, q_dtype, return_lse: when given, the plan for a query of `q_dtype` (default:
                 the cache dtype) on caches like `cache` is made now, so that run() does no
                 planning (needed before CUDA-graph capture); otherwise run() plans on its first
-                call for each query dtype / cache geometry / lse request.
+                call for each query dtype / cache geometry / lse request (and the metadata
+                values, which are checked against the cache's block count, are validated
+                then).
             num_splits, tile_tokens, num_threads: overrides of the selection (0 = choose).
 
         Raises:
@@ -330,10 +332,10 @@ class BatchAttention:
             stream = fw.stream_of(query)
         p = st.fast.get((query.dtype, cache._sig, return_lse))
         if p is None:
-            p = st.plan_for(fw.dtype_name(query.dtype), cache._c, return_lse)
+            p = st.plan_for(fw.dtype_name(query.dtype, "query"), cache._c, return_lse)
             st.fast[(query.dtype, cache._sig, return_lse)] = p
         if out is None:
-            out = fw.empty(query, query.shape, fw.dtype_name(query.dtype))
+            out = fw.empty(query, query.shape, fw.dtype_name(query.dtype, "query"))
         lse = fw.empty(query, (st.num_tokens, st.num_heads), "fp32") if return_lse else None
         _C.run_planned(p, fw.arg(query, "query"), cache._c, fw.arg(out, "out"),
                        None if lse is None else fw.arg(lse, "lse"), stream)
@@ -416,7 +418,7 @@ def merge_states(out_a, lse_a, out_b, lse_b):
         return _torch.ops.pagedattn.merge_states(out_a, lse_a, out_b, lse_b)
     fw.check_array(out_a, "out_a")
     fw.check_array(lse_a, "lse_a")
-    out = fw.empty(out_a, tuple(out_a.shape), fw.dtype_name(out_a.dtype))
+    out = fw.empty(out_a, tuple(out_a.shape), fw.dtype_name(out_a.dtype, "out_a"))
     lse = fw.empty(out_a, tuple(lse_a.shape), "fp32")
     _C.merge_states(fw.arg(out_a, "out_a"), fw.arg(lse_a, "lse_a"), fw.arg(out_b, "out_b"),
                     fw.arg(lse_b, "lse_b"), fw.arg(out, "out"), fw.arg(lse, "lse"),

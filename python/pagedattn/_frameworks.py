@@ -72,8 +72,9 @@ def opt_arg(x, name: str):
     return None if x is None else arg(x, name)
 
 
-def dtype_name(dtype) -> str:
-    """The library's name of a framework dtype or of a name ("fp16", "float16")."""
+def dtype_name(dtype, name: str = "dtype") -> str:
+    """The library's name of a framework dtype or of a name ("fp16", "float16").
+    NotImplementedError (the library's "unsupported") for dtypes it has no use for."""
     try:
         return _NAMES[dtype]
     except (KeyError, TypeError):
@@ -88,8 +89,8 @@ def dtype_name(dtype) -> str:
     try:
         return _NAMES[np.dtype(dtype)]
     except (KeyError, TypeError):
-        raise ValueError(f"dtype {dtype!r}: expected fp32, fp16, bf16, fp8_e4m3, fp8_e5m2, int32 "
-                         f"or int64") from None
+        raise NotImplementedError(f"{name}: dtype {dtype} has no pagedattn equivalent (fp32, "
+                                  f"fp16, bf16, fp8_e4m3, fp8_e5m2, int32, int64)") from None
 
 
 def device_of(x) -> str:

@@ -317,6 +317,9 @@ void bind_testing(nb::module_& m);  // testing_module.cpp
 
 void init_module(nb::module_& m) {
   m.doc() = "pagedattn C++ API (use the `pagedattn` package, not this module)";
+  // Objects that pytest parametrisations or torch caches still hold at interpreter exit are
+  // not leaks of this module.
+  nb::set_leak_warnings(false);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
