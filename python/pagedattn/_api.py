@@ -20,6 +20,9 @@ from . import _frameworks as fw
 
 _torch = fw.torch
 _compiling = _torch.compiler.is_compiling if _torch is not None else (lambda: False)
+_Tensor = fw._Tensor
+_to_dlpack = fw._to_dlpack
+_run_planned = _C.run_planned
 
 
 class KVCache:
@@ -329,11 +332,11 @@ class BatchAttention:
             raise RuntimeError("BatchAttention.run: call plan() first")
         # The per-layer path: keep it to a few attribute reads and one dict lookup (host
         # overhead, bench/python_overhead.py).
-        if isinstance(query, fw._Tensor):
+        if isinstance(query, _Tensor):
             if _compiling():
                 return _op_run(self._id, query, cache, out, return_lse, st)
             stream = fw.stream_of(query) if query.is_cuda else 0
-            conv = fw._to_dlpack
+            conv = _to_dlpack
         else:
             fw.check_array(query, "query")
             stream = fw.stream_of(query)
@@ -345,12 +348,12 @@ class BatchAttention:
             st.fast[key] = p
         if out is None:
             out = fw.empty(query, query.shape, fw.dtype_name(query.dtype, "query"))
+        out_arg = conv(out) if out.__class__ is query.__class__ else fw.arg(out, "out")
         if return_lse:
             lse = fw.empty(query, (st.num_tokens, st.num_heads), "fp32")
-            _C.run_planned(p, conv(query), cache._c, fw.arg(out, "out"), fw.arg(lse, "lse"),
-                           stream)
+            _run_planned(p, conv(query), cache._c, out_arg, conv(lse), stream)
             return out, lse
-        _C.run_planned(p, conv(query), cache._c, fw.arg(out, "out"), None, stream)
+        _run_planned(p, conv(query), cache._c, out_arg, None, stream)
         return out
 
     def explain(self, cache: KVCache, q_dtype=None, return_lse: bool = False) -> dict:
