@@ -174,7 +174,6 @@ class _PlanState:
         return fw.empty_on(self.device, ((nbytes + 3) // 4,), "fp32", self.torch_like)
 
 
-
 def _same(x):
     return x
 
