@@ -78,7 +78,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 t0=$(date +%s)
 PY_FLAGS=(-DPAGEDATTN_PYTHON=OFF)
 PY_TARGET=()
-if python3 -c 'import nanobind' 2>/dev/null; then
+# Only where python3 has nanobind and its headers: a configure that fails on them would stop
+# every other step.
+if python3 -c 'import nanobind, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
   PY_FLAGS=(-DPAGEDATTN_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
   PY_TARGET=(pagedattn_py)
 fi
@@ -192,15 +194,16 @@ if (( build_rc == 0 )) && { [ "$MODE" = python ] || [ "$MODE" = check ]; }; then
   # ---------------------------------------------------------------- Python package on cuda
   t0=$(date +%s)
   if [ ${#PY_TARGET[@]} -eq 0 ]; then
-    record pytest_cuda FAIL 0 "nanobind not importable by python3: the extension was not built"
+    record pytest_cuda FAIL 0 "no nanobind or Python.h for python3: the extension was not built"
   else
-    PYTHONPATH="$PWD/$BUILD/python" run_limited 240 20 python3 -m pytest tests/python \
+    py_path="$(cd "$BUILD" && pwd)/python"
+    PYTHONPATH="$py_path" run_limited 240 20 python3 -m pytest tests/python \
       --device cuda -q -p no:cacheprovider > "$LOG/pytest.log" 2>&1
     rc=$?; t1=$(date +%s)
     record pytest_cuda "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(grep -E '[0-9]+ (passed|failed)' "$LOG/pytest.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"
     grep -E '^(FAILED|ERROR) ' "$LOG/pytest.log" | head -20
     t0=$(date +%s)
-    PYTHONPATH="$PWD/$BUILD/python" run_limited 60 5 python3 bench/python_overhead.py \
+    PYTHONPATH="$py_path" run_limited 60 5 python3 bench/python_overhead.py \
       --json "$OUT/python_overhead.json" > "$LOG/python_overhead.log" 2>&1
     rc=$?; t1=$(date +%s)
     record python_overhead "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(grep -o 'overhead *[0-9.]* us' "$LOG/python_overhead.log" | tr '\n' ' ')"
