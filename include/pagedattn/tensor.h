@@ -74,12 +74,14 @@ struct TensorView {
   bool defined() const { return ndim > 0; }
   std::int64_t size(int dim) const { return shape[dim]; }
   std::int64_t stride(int dim) const { return strides[dim]; }
-  /// Product of the shape (1 for ndim == 0 is not used: absent views have numel 0).
+  /// Product of the shape (1 for ndim == 0 is not used: absent views have numel 0); 0 when any
+  /// size is 0, INT64_MAX when the product overflows.
   std::int64_t numel() const;
   /// Row-major dense (strides of size-1 dimensions are ignored).
   bool is_contiguous() const;
   /// Largest element offset any index reaches, plus one (0 if numel() == 0): the number of
-  /// elements the memory behind `data` must hold. Strides must be non-negative.
+  /// elements the memory behind `data` must hold. Strides must be non-negative. INT64_MAX when
+  /// the offset overflows.
   std::int64_t span() const;
   /// "[2, 3, 4] bf16 strides [12, 4, 1] cpu" for messages.
   std::string describe() const;
@@ -87,8 +89,9 @@ struct TensorView {
 
 /// View a DLPack tensor. Strides may be null (dense). `byte_offset` is applied to `data`.
 /// Errors: kInvalidArgument for ndim outside 1..kMaxDims (scalars are not tensors here),
-/// lanes != 1, negative sizes or negative strides, an element count or a largest element
-/// offset that overflows int64 (an empty tensor, with a size 0, is accepted whatever its other
+/// lanes != 1, negative sizes or negative strides, a null `data` with a non-zero
+/// `byte_offset`, a `byte_offset` that wraps the address space, an element count or a largest
+/// element offset that overflows int64 (an empty tensor, with a size 0, is accepted whatever its other
 /// sizes);
 /// kUnsupported for dtypes and devices pagedattn has no use for.
 Result<TensorView> from_dlpack(const DLTensor& tensor);

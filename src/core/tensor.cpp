@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstdint>
 #include <limits>
 #include <sstream>
 
@@ -95,10 +96,16 @@ namespace {
 int held_dims(int ndim) { return ndim < 0 ? 0 : (ndim > kMaxDims ? kMaxDims : ndim); }
 }  // namespace
 
+// An empty tensor may carry sizes whose product overflows (from_dlpack accepts it: it has no
+// elements), and a hand-built view anything at all: products and sums saturate at INT64_MAX
+// instead of overflowing (undefined behaviour), so that every size check against them fails.
 std::int64_t TensorView::numel() const {
   if (ndim <= 0 || ndim > kMaxDims) return 0;
+  for (int d = 0; d < ndim; ++d)
+    if (shape[d] == 0) return 0;
   std::int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  for (int d = 0; d < ndim; ++d)
+    if (__builtin_mul_overflow(n, shape[d], &n)) return std::numeric_limits<std::int64_t>::max();
   return n;
 }
 
@@ -106,7 +113,7 @@ bool TensorView::is_contiguous() const {
   std::int64_t expected = 1;
   for (int d = held_dims(ndim) - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != expected) return false;
-    expected *= shape[d];
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return false;
   }
   return true;
 }
@@ -114,7 +121,12 @@ bool TensorView::is_contiguous() const {
 std::int64_t TensorView::span() const {
   if (numel() == 0) return 0;
   std::int64_t last = 0;
-  for (int d = 0; d < held_dims(ndim); ++d) last += (shape[d] - 1) * strides[d];
+  for (int d = 0; d < held_dims(ndim); ++d) {
+    std::int64_t reach = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &reach) ||
+        __builtin_add_overflow(last, reach, &last) || last == std::numeric_limits<std::int64_t>::max())
+      return std::numeric_limits<std::int64_t>::max();
+  }
   return last + 1;
 }
 
@@ -207,7 +219,15 @@ Result<TensorView> from_dlpack(const DLTensor& t) {
                      ": the largest element offset overflows int64");
     last += (size - 1) * v.strides[d];
   }
-  v.data = static_cast<char*>(t.data) + t.byte_offset;
+  // The address arithmetic in integers: an offset from a null pointer, or one that wraps the
+  // address space, is undefined behaviour as pointer arithmetic.
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  if (t.data == nullptr && t.byte_offset != 0)
+    return invalid("DLTensor.data is null but byte_offset = " + std::to_string(t.byte_offset));
+  if (t.byte_offset > std::numeric_limits<std::uintptr_t>::max() - base)
+    return invalid("DLTensor.byte_offset = " + std::to_string(t.byte_offset) +
+                   " wraps the address space");
+  v.data = reinterpret_cast<void*>(base + static_cast<std::uintptr_t>(t.byte_offset));
   return v;
 }
 

@@ -185,6 +185,44 @@ TEST(DLPack, RejectsWhatPagedattnCannotRepresent) {
   EXPECT_EQ(from_dlpack(t).status().code(), StatusCode::kUnsupported);
 }
 
+// Found by fuzz/fuzz_dlpack.cpp: the address arithmetic was pointer arithmetic, undefined for
+// a null data pointer with an offset and for an offset that wraps the address space.
+TEST(DLPack, RejectsByteOffsetsFromNullOrPastTheAddressSpace) {
+  std::vector<float> mem(4);
+  std::int64_t shape[1] = {4};
+  DLTensor dl{};
+  dl.ndim = 1;
+  dl.shape = shape;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.device = {kDLCPU, 0};
+  ASSERT_TRUE(from_dlpack(dl).ok());  // null data, no offset: a view for planning
+  dl.byte_offset = 16;
+  auto null_offset = from_dlpack(dl);
+  EXPECT_EQ(null_offset.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(null_offset.status().message().find("byte_offset"), std::string::npos);
+  dl.data = mem.data();
+  dl.byte_offset = ~std::uint64_t{0} - 2;
+  EXPECT_EQ(from_dlpack(dl).status().code(), StatusCode::kInvalidArgument);
+}
+
+// Found by fuzz/fuzz_dlpack.cpp: an empty tensor is accepted whatever its other sizes, and
+// numel() multiplied them (signed overflow) before it reached the 0.
+TEST(DLPack, EmptyTensorWithHugeSizesHasNoElements) {
+  std::int64_t shape[3] = {7, std::int64_t{1} << 61, 0};
+  DLTensor dl{};
+  dl.ndim = 3;
+  dl.shape = shape;
+  dl.dtype = {kDLFloat, 32, 1};
+  dl.device = {kDLCPU, 0};
+  auto v = from_dlpack(dl);
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->numel(), 0);
+  EXPECT_EQ(v->span(), 0);
+  // A hand-built view whose product overflows saturates instead.
+  TensorView big = TensorView::contiguous(nullptr, DType::kFloat32, {1 << 30, 1 << 30, 1 << 30});
+  EXPECT_EQ(big.numel(), std::numeric_limits<std::int64_t>::max());
+}
+
 // ===================================================================== caches
 struct LayoutCase {
   KVLayout layout;
