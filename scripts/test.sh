@@ -2,7 +2,8 @@
 # Run the whole test suite: installs and builds first (scripts/setup.sh), then CTest and the
 # Python tests (pytest tests/python, on the installed package; PAGEDATTN_PYTHON=OFF skips them).
 # GPU tests (label "cuda", and the Python tests that need CUDA) skip themselves on machines
-# without a GPU.
+# without a GPU. Last, the fuzz smoke (scripts/fuzz.sh: each libFuzzer target for 30 s after
+# its crash regressions; its own clang ASan+UBSan build in build-fuzz; PAGEDATTN_FUZZ=OFF skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,4 +11,7 @@ build_dir="${BUILD_DIR:-build}"
 ctest --test-dir "$build_dir" --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900
 if [ "${PAGEDATTN_PYTHON:-ON}" != OFF ]; then
   "${PYTHON:-python3}" -m pytest tests/python -q
+fi
+if [ "${PAGEDATTN_FUZZ:-ON}" != OFF ]; then
+  bash scripts/fuzz.sh
 fi
