@@ -5,7 +5,6 @@
 // Sized for CI (one KV head, one to four query heads, head 32 or 64: at most 1.6 GB of host
 // memory and a few seconds per case on one core, mostly the oracle and the input generation).
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "src/testing/harness.h"
