@@ -3,6 +3,14 @@
 // on purpose: it walks the KV sequence in tiles whose size has nothing to do with block_size,
 // converts each K/V element once per tile and reuses it for every query head of a GQA group
 // and every query row of the chunk, and keeps a running max / sum instead of two passes.
+//
+// Precision (DESIGN.md §4, "Tolerance and length"): the weights and weighted values are summed
+// in fp32 into a partial state of fewer than 2 * kFlushKeys keys, which is then added to the
+// fp64 running state (sum l, accumulator acc) that spans the whole sequence. One fp32 running
+// sum over every key, as this code had before, loses the small weights of a long sequence: at
+// 1M keys each new weight is a few ulps of l, and round-to-nearest drops them with a bias that
+// grows with the length (l 1.3e-3 low at 1M keys). Flushing every kFlushKeys keys rather than
+// every tile keeps the fp64 work (D adds per pair) a few per cent of the fp32 work.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -22,6 +30,9 @@ namespace pagedattn::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+/// Keys a (row, head) pair sums in fp32 before its partial sums join the fp64 running state:
+/// the fp32 chain of any term is shorter than kFlushKeys + tile <= 512 additions.
+constexpr int kFlushKeys = 256;
 
 // ---------------------------------------------------------------- cache element decoding
 // One decoder per storage dtype, so that the gather loops are compiled without a per-element
@@ -171,8 +182,13 @@ std::int64_t read_i32(const TensorView& t, std::int64_t i) {
 /// Per-thread buffers, grown to the largest item a thread meets and reused.
 struct Scratch {
   std::vector<float> k, v;        // [tile][head_size] dequantised K and V
-  std::vector<float> q, acc;      // [pairs][head_size]
-  std::vector<float> m, l;        // [pairs] running max and sum
+  std::vector<float> q;           // [pairs][head_size]
+  std::vector<double> acc;        // [pairs][head_size] running sum of w v, flushed partials
+  std::vector<float> m;           // [pairs] running max (a logit, exact in fp32)
+  std::vector<double> l;          // [pairs] running sum of w, flushed partials
+  std::vector<float> part_acc;    // [pairs][head_size] sum of w v since the last flush
+  std::vector<float> part_l;      // [pairs] sum of w since the last flush
+  std::vector<int> part_keys;     // [pairs] keys summed since the last flush
   std::vector<float> z;           // [tile] logits of one pair
   std::vector<std::int64_t> kbase, vbase;  // [tile] element offsets of each token's head vector
   std::vector<std::int64_t> next_kbase, next_vbase;  // the same for the tile after
@@ -229,10 +245,15 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
   const std::size_t pd = static_cast<std::size_t>(pairs) * D;
   const std::size_t td = static_cast<std::size_t>(job.tile) * D;
   if (sc.q.size() < pd) sc.q.resize(pd);
-  if (sc.acc.size() < pd) sc.acc.resize(pd);
+  if (sc.acc.size() < pd) {
+    sc.acc.resize(pd);
+    sc.part_acc.resize(pd);
+  }
   if (sc.m.size() < static_cast<std::size_t>(pairs)) {
     sc.m.resize(pairs);
     sc.l.resize(pairs);
+    sc.part_l.resize(pairs);
+    sc.part_keys.resize(pairs);
   }
   if (sc.k.size() < td) {
     sc.k.resize(td);
@@ -262,10 +283,25 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
         m0 = static_cast<const float*>(params.sinks.data)[h * params.sinks.stride(0)];
       }
       sc.m[p] = m0;
-      sc.l[p] = m0 > kNegInf ? 1.0f : 0.0f;
+      sc.l[p] = m0 > kNegInf ? 1.0 : 0.0;
     }
   }
-  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<std::ptrdiff_t>(pd), 0.0f);
+  std::fill(sc.acc.begin(), sc.acc.begin() + static_cast<std::ptrdiff_t>(pd), 0.0);
+  std::fill(sc.part_acc.begin(), sc.part_acc.begin() + static_cast<std::ptrdiff_t>(pd), 0.0f);
+  std::fill(sc.part_l.begin(), sc.part_l.begin() + pairs, 0.0f);
+  std::fill(sc.part_keys.begin(), sc.part_keys.begin() + pairs, 0);
+  // Add pair p's fp32 partial sums to its fp64 running state and start a new partial.
+  auto flush = [&](int p) {
+    double* accp = &sc.acc[static_cast<std::size_t>(p) * D];
+    float* part = &sc.part_acc[static_cast<std::size_t>(p) * D];
+    for (int d = 0; d < D; ++d) {
+      accp[d] += static_cast<double>(part[d]);
+      part[d] = 0.0f;
+    }
+    sc.l[p] += static_cast<double>(sc.part_l[p]);
+    sc.part_l[p] = 0.0f;
+    sc.part_keys[p] = 0;
+  };
 
   const TensorView& bt = args.block_table;
   const std::int64_t block_size = job.geo->block_size;
@@ -339,19 +375,30 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
         // (masked) or NaN. Exponentiate relative to 0 then: masked weights are 0 and NaN
         // ones NaN, as in the oracle, where skipping the row made its output finite.
         const float base = m_new == kNegInf ? 0.0f : m_new;
-        float* accp = &sc.acc[static_cast<std::size_t>(p) * D];
-        const float alpha = std::exp(sc.m[p] - base);
-        if (alpha != 1.0f) {
-          for (int d = 0; d < D; ++d) accp[d] *= alpha;
+        // Both states are relative to the running max: rescale them when it moves (rare
+        // once it has settled), the fp64 one with an fp64 factor.
+        const double alpha = std::exp(static_cast<double>(sc.m[p]) - static_cast<double>(base));
+        double* accp = &sc.acc[static_cast<std::size_t>(p) * D];
+        float* part = &sc.part_acc[static_cast<std::size_t>(p) * D];
+        if (alpha != 1.0) {
+          const float alpha_f = static_cast<float>(alpha);
+          for (int d = 0; d < D; ++d) {
+            accp[d] *= alpha;
+            part[d] *= alpha_f;
+          }
+          sc.l[p] *= alpha;
+          sc.part_l[p] *= alpha_f;
         }
-        float l = sc.l[p] * alpha;
+        float l = sc.part_l[p];
         for (int j = j_begin; j < j_end; ++j) {
           const float w = std::exp(sc.z[j] - base);
           l += w;
           const float* vj = &sc.v[static_cast<std::size_t>(j) * D];
-          for (int d = 0; d < D; ++d) accp[d] += w * vj[d];
+          for (int d = 0; d < D; ++d) part[d] += w * vj[d];
         }
-        sc.l[p] = l;
+        sc.part_l[p] = l;
+        sc.part_keys[p] += j_end - j_begin;
+        if (sc.part_keys[p] >= kFlushKeys) flush(p);
         sc.m[p] = m_new;
       }
     }
@@ -359,6 +406,7 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
     std::swap(sc.vbase, sc.next_vbase);
   }
 
+  for (int p = 0; p < pairs; ++p) flush(p);
   const TensorView& out = args.out;
   const TensorView& lse = args.lse;
   for (int r = 0; r < rows; ++r) {
@@ -366,17 +414,19 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
     for (int hh = 0; hh < G; ++hh) {
       const int p = r * G + hh;
       const std::int64_t h = g * G + hh;
-      const float inv = sc.l[p] != 0.0f ? 1.0f / sc.l[p] : std::nanf("");  // see the LSE
-      const float* accp = &sc.acc[static_cast<std::size_t>(p) * D];
+      const double inv = sc.l[p] != 0.0 ? 1.0 / sc.l[p] : std::nan("");  // see the LSE
+      const double* accp = &sc.acc[static_cast<std::size_t>(p) * D];
       const std::int64_t row_off = token * out.stride(0) + h * out.stride(1);
       for (int d = 0; d < D; ++d) {
-        numeric::store_from_float(out.data, out.dtype, row_off + d, accp[d] * inv);
+        numeric::store_from_float(out.data, out.dtype, row_off + d,
+                                  static_cast<float>(accp[d] * inv));
       }
       if (lse.defined()) {
         // l = 0: every logit -inf and no sink (every row has keys: its own position at
         // least): 0/0, NaN as in the oracle, where m + log(0) would say "no keys".
         static_cast<float*>(lse.data)[token * lse.stride(0) + h * lse.stride(1)] =
-            sc.l[p] == 0.0f ? std::nanf("") : sc.m[p] + std::log(sc.l[p]);
+            sc.l[p] == 0.0 ? std::nanf("")
+                           : static_cast<float>(static_cast<double>(sc.m[p]) + std::log(sc.l[p]));
       }
     }
   }

@@ -1264,6 +1264,7 @@ std::vector<CaseConfig> matrix_cases(Device device, bool quick) {
         }
   }
   add_named_cases(device, quick, &cases);
+  add_long_context_cases(device, quick, &cases);
   return cases;
 }
 

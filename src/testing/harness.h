@@ -111,7 +111,18 @@ struct Tolerance {
   double atol = 0;
   double rtol = 0;
 };
-Tolerance tolerance_for(DType dtype, DType kv_dtype);
+/// Keys per row up to which the table's fp32 accumulation budget was measured (4097-key rows).
+inline constexpr std::int64_t kToleranceRefKeys = 4096;
+/// The share of every dtype's atol that is fp32 accumulation error at kToleranceRefKeys keys.
+inline constexpr double kFp32AccumulationAtol = 1e-5;
+/// Budget for `dtype` outputs (and their fp32 LSE) of rows that attend at most `keys_per_row`
+/// keys: the table value up to kToleranceRefKeys, beyond it atol grows by
+/// kFp32AccumulationAtol * (sqrt(keys_per_row / kToleranceRefKeys) - 1) (DESIGN.md §4,
+/// "Tolerance and length", for the derivation); rtol never grows. 0 or less = short rows.
+Tolerance tolerance_for(DType dtype, DType kv_dtype, std::int64_t keys_per_row = 0);
+
+/// Keys the longest query row of `config` attends: its sequence's length, or the window.
+std::int64_t longest_row_keys(const CaseConfig& config);
 
 /// The cache a case allocates: its layout, block size, heads, head size, cache dtype and page
 /// padding, with `num_blocks` physical blocks.
@@ -140,6 +151,12 @@ CaseResult run_case(const CaseConfig& config);
 /// named cases for each fault class of DESIGN.md §5. `quick` = a smaller set (for the
 /// compute-sanitizer subset) that still touches every kernel instantiation and boundary class.
 std::vector<CaseConfig> matrix_cases(Device device, bool quick = false);
+
+/// The million-token cases matrix_cases ends with (src/testing/cases_long.cpp): decode rows
+/// and a prefill chunk attending 2^20 keys, fp32 / fp16 / bf16, tags "len1m" and
+/// "len1mprefill"; for a CUDA device also with forced one- and two-split plans. None in the
+/// `quick` subset. Appended to `out`.
+void add_long_context_cases(Device device, bool quick, std::vector<CaseConfig>* out);
 
 /// Cases whose name matches `glob`: patterns ('*' and '?') separated by commas, each selecting
 /// the cases it matches; the pattern "all" (alone or in the list) selects every case. The cases

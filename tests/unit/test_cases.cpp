@@ -304,6 +304,35 @@ TEST(Tolerance, OneTableAsInTheDesign) {
   EXPECT_EQ(tolerance_for(DType::kBFloat16, DType::kFloat8E5M2).atol, 8e-3);
 }
 
+// DESIGN.md §4, "Tolerance and length": up to kToleranceRefKeys keys per row the table; beyond,
+// only atol grows, by 1e-5 * (sqrt(n / 4096) - 1) for every dtype (the fp32 accumulation
+// share), so 1M-key rows get 1.6e-4 in fp32 and 1.15e-3 in fp16.
+TEST(Tolerance, AccumulationShareGrowsAsTheSquareRootOfTheKeysPerRow) {
+  const DType f32 = DType::kFloat32, f16 = DType::kFloat16, b16 = DType::kBFloat16;
+  EXPECT_EQ(tolerance_for(f32, f32, 4096).atol, 1e-5);
+  EXPECT_EQ(tolerance_for(f32, f32, 17).atol, 1e-5);
+  EXPECT_NEAR(tolerance_for(f32, f32, 16384).atol, 2e-5, 1e-12);
+  EXPECT_NEAR(tolerance_for(f32, f32, 1 << 20).atol, 1.6e-4, 1e-12);
+  EXPECT_NEAR(tolerance_for(f16, f16, 1 << 20).atol, 1.15e-3, 1e-12);
+  EXPECT_NEAR(tolerance_for(b16, b16, 1 << 20).atol, 8.15e-3, 1e-12);
+  for (DType d : {f32, f16, b16}) {
+    EXPECT_EQ(tolerance_for(d, d, 1 << 20).rtol, tolerance_for(d, d).rtol);
+    EXPECT_LT(tolerance_for(d, d, 1 << 19).atol, tolerance_for(d, d, 1 << 20).atol);
+  }
+}
+
+TEST(Tolerance, LongestRowKeysIsTheLongestVisibleRange) {
+  CaseConfig c;
+  c.seq_lens = {1 << 20, 5000, 9};
+  c.query_lens = {0, 16, 1};  // the skipped sequence has no rows
+  EXPECT_EQ(longest_row_keys(c), 5000);
+  c.sliding_window = 100;
+  EXPECT_EQ(longest_row_keys(c), 100);
+  c.sliding_window = 0;
+  c.query_lens = {0, 0, 0};
+  EXPECT_EQ(longest_row_keys(c), 0);
+}
+
 TEST(RunCase, ReportsBadConfigurationsAsStatusNotCrash) {
   CaseConfig c;
   c.seq_lens = {4, 5};

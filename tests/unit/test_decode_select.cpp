@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -791,6 +792,51 @@ TEST(MatrixCases, EdgeCasesReachTheirKernelsOnAnH200) {
   // edgedec8: 7 splits of one head-64 row (GQA 1): the cluster's last CTA combines no output
   // element, only the LSEs.
   EXPECT_GE(6 * decode_cluster_share(64, 1, 7), 64);
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
+
+namespace pagedattn::cuda {
+namespace {
+
+// The million-token cases (src/testing/cases_long.cpp) reach, on an H200, each kernel whose
+// fp32 running state walks 2^20 keys: the tiled kernel in one split, the decode fast path in
+// one and two splits, the tensor-core prefill kernel (which never splits the keys).
+TEST(MatrixCases, LongContextCasesReachEveryKernelOnAnH200) {
+  const std::map<std::string, std::string> expected = {
+      {"nhd_bs16_h32_q2kv1_fp32_len1m", "tiled 64 128"},
+      {"nhd_bs16_h64_q4kv1_fp16_len1m", "dmma merge 512"},
+      {"hnd_bs16_h64_q2kv1_bf16_len1m", "dmma merge 512"},
+      {"nhd_bs16_h32_q1kv1_fp32_len1mprefill", "tiled 64 128"},
+      {"nhd_bs16_h64_q1kv1_fp16_len1mprefill", "prefill"},
+      {"hnd_bs16_h64_q1kv1_bf16_len1mprefill", "prefill"},
+      {"nhd_bs16_h32_q2kv1_fp32_splits1_len1m", "tiled 64 1"},
+      {"nhd_bs16_h64_q4kv1_fp16_splits1_len1m", "dmma single 1"},
+      {"hnd_bs16_h64_q2kv1_bf16_splits2_len1m", "dmma cluster 2"},
+      {"nhd_bs16_h32_q1kv1_fp32_splits1_len1mprefill", "tiled 64 1"},
+      {"nhd_bs16_h64_q4kv1_fp32_len1m", "tiled 64 128"},
+      {"nhd_bs16_h64_q4kv1_fp32_splits1_len1m", "tiled 64 1"},
+  };
+  std::map<std::string, std::string> routes;
+  for (const auto& c : testing::matrix_cases(Device::cuda(0))) {
+    if (c.tag != "len1m" && c.tag != "len1mprefill") continue;
+    EXPECT_EQ(testing::longest_row_keys(c), 1 << 20) << c.name;
+    routes[c.name] = h200_route(c);
+  }
+  EXPECT_EQ(routes, expected);
+  // The CPU gets the same cases less the forced splits, which its backend ignores.
+  int cpu = 0;
+  for (const auto& c : testing::matrix_cases(Device::cpu()))
+    if (c.tag == "len1m" || c.tag == "len1mprefill") {
+      EXPECT_EQ(c.plan.num_splits, 0) << c.name;
+      EXPECT_EQ(routes.count(c.name), 1u) << c.name;
+      ++cpu;
+    }
+  EXPECT_EQ(cpu, 6);
+  // None in the compute-sanitizer subset.
+  for (const auto& c : testing::matrix_cases(Device::cuda(0), /*quick=*/true))
+    EXPECT_EQ(c.tag.rfind("len1m", 0), std::string::npos) << c.name;
 }
 
 }  // namespace
