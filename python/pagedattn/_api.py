@@ -1,0 +1,474 @@
+"""The public Python API over pagedattn._C (include/pagedattn/*.h); the math, the checks and the
+kernel selection live in the C++ library, so its errors arrive here as ValueError (invalid
+argument), NotImplementedError (unsupported) or RuntimeError (device unavailable, CUDA error)
+with the library's message, and a call that raises has written nothing.
+
+Conventions of every function: tensors are any objects with ``__dlpack__`` (torch, numpy,
+cupy, jax) on one device; outputs a call allocates come back in the framework of its first
+tensor argument (torch in, torch out); CUDA work is queued on the caller's current stream
+(torch.cuda.current_stream() for torch tensors) and the GIL is released while the library runs.
+Shapes use T = num_tokens, H = num_heads, KVH = num_kv_heads, D = head_size, S = num_seqs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+from . import _C
+from . import _frameworks as fw
+
+_torch = fw.torch
+_compiling = _torch.compiler.is_compiling if _torch is not None else (lambda: False)
+
+
+class KVCache:
+    """A paged KV cache of one attention layer over caller-owned tensors (DESIGN.md §1).
+
+    Args:
+        k_cache, v_cache: the key and value caches, fp32/fp16/bf16 (the query dtype) or
+            fp8_e4m3/fp8_e5m2 (torch.float8_e4m3fn/float8_e5m2, dequantised with the scales),
+            on the CPU or a CUDA device. Shapes by `layout`:
+            ``"nhd"``: both ``[num_blocks, block_size, KVH, D]``;
+            ``"hnd"``: both ``[num_blocks, KVH, block_size, D]``;
+            ``"split"`` (vLLM's native layout): key ``[num_blocks, KVH, D // x, block_size, x]``
+            with ``x = 16 // element size``, value ``[num_blocks, KVH, D, block_size]``.
+            Every stride may be chosen freely except the innermost (1): in particular the
+            block stride may exceed one block (padded pages of hybrid models). D: multiples of
+            8 in 8..256.
+        layout: ``"nhd"``, ``"hnd"`` or ``"split"``.
+        k_scale, v_scale: fp8 scales (stored = fp8(x / scale), read = float(stored) * scale;
+            DESIGN.md §2.6); ignored for other dtypes.
+
+    Raises:
+        ValueError: shapes, strides or dtypes that do not form a cache (the message names
+            ``k_cache``/``v_cache`` and the dimension); NotImplementedError: a head size or
+            dtype outside the supported set.
+
+    The tensors are referenced, not copied: writes through write_kv land in them.
+    """
+
+    __slots__ = ("k_cache", "v_cache", "layout", "k_scale", "v_scale", "_c", "_sig",
+                 "__weakref__")
+
+    def __init__(self, k_cache, v_cache, layout: str = "nhd", k_scale: float = 1.0,
+                 v_scale: float = 1.0):
+        fw.check_array(k_cache, "k_cache")
+        fw.check_array(v_cache, "v_cache")
+        if not isinstance(layout, str):
+            raise TypeError(f"layout: expected 'nhd', 'hnd' or 'split', got {layout!r}")
+        self.k_cache = k_cache
+        self.v_cache = v_cache
+        self.layout = layout
+        self.k_scale = float(k_scale)
+        self.v_scale = float(v_scale)
+        self._c = _C.make_cache(fw.arg(k_cache, "k_cache"), fw.arg(v_cache, "v_cache"), layout,
+                                self.k_scale, self.v_scale)
+        self._sig = _signature(self._c)
+
+    @property
+    def dtype(self) -> str:
+        """Element dtype, the library's name ("fp16", "fp8_e4m3", ...)."""
+        return self._c.dtype
+
+    @property
+    def device(self) -> str:
+        return self._c.device
+
+    num_blocks = property(lambda self: self._c.num_blocks, doc="Physical blocks.")
+    block_size = property(lambda self: self._c.block_size, doc="Tokens per block.")
+    num_kv_heads = property(lambda self: self._c.num_kv_heads, doc="KV heads (KVH).")
+    head_size = property(lambda self: self._c.head_size, doc="Head size (D).")
+
+    def __repr__(self):
+        c = self._c
+        return (f"KVCache(layout={c.layout!r}, dtype={c.dtype!r}, device={c.device!r}, "
+                f"num_blocks={c.num_blocks}, block_size={c.block_size}, "
+                f"num_kv_heads={c.num_kv_heads}, head_size={c.head_size}, access={c.access!r})")
+
+
+def _signature(c) -> tuple:
+    """What a plan depends on in a cache (ProblemDesc): equal signatures share plans."""
+    return (c.layout, c.dtype, c.device, c.num_blocks, c.block_size, c.num_kv_heads,
+            c.head_size, c.access)
+
+
+def write_kv(key, value, slot_mapping, cache: KVCache, *, host_slot_mapping=None) -> None:
+    """Store new tokens' keys and values into `cache` (vLLM's reshape_and_cache).
+
+    Args:
+        key, value: ``[>= N, KVH, D]``, fp32/fp16/bf16, the cache dtype or any of the three
+            for an fp8 cache (quantised with the cache's scales, round to nearest even,
+            saturating); last dimension contiguous. Rows past N are ignored.
+        slot_mapping: ``[N]`` int32 or int64, ``slot = block_id * block_size + offset``; N is
+            its length; a negative slot skips the row (padding).
+        cache: the layer's KVCache (written in place).
+        host_slot_mapping: optional host copy of a CUDA slot_mapping, so that out-of-range or
+            repeated slots are reported before any launch (without it the kernel skips
+            out-of-range slots, memory-safe but silent).
+
+    Raises:
+        ValueError: shape/dtype/device mismatches, a slot >= num_blocks * block_size, two rows
+            mapped to one slot, inputs sharing memory with the cache. Nothing is written then.
+    """
+    if fw.is_torch(key) and _compiling():
+        return _torch.ops.pagedattn.write_kv(key, value, slot_mapping, cache.k_cache,
+                                             cache.v_cache, cache.layout, cache.k_scale,
+                                             cache.v_scale)
+    _C.write_kv(fw.arg(key, "key"), fw.arg(value, "value"), fw.arg(slot_mapping, "slot_mapping"),
+                cache._c, fw.opt_arg(host_slot_mapping, "host_slot_mapping"), fw.stream_of(key))
+
+
+# Plan states by id, for the torch ops (which take the id, an int, instead of the wrapper).
+_STATES: "weakref.WeakValueDictionary[int, _PlanState]" = weakref.WeakValueDictionary()
+_ids = itertools.count(1)
+
+
+class _PlanState:
+    """One step's metadata and parameters, the plans made from them (one per query dtype,
+    cache signature and lse request) and the workspace they share."""
+
+    __slots__ = ("id", "device", "host", "dev", "num_tokens", "num_heads", "num_kv_heads",
+                 "head_size", "scale", "softcap", "sliding_window", "alibi", "sinks",
+                 "options", "plans", "fast", "workspace", "workspace_bytes", "torch_like",
+                 "__weakref__")
+
+    def plan_for(self, q_dtype: str, cache_c, lse: bool):
+        key = (q_dtype, _signature(cache_c), lse)
+        p = self.plans.get(key)
+        if p is not None:
+            return p
+        if cache_c.num_kv_heads != self.num_kv_heads:
+            raise ValueError(f"num_kv_heads = {self.num_kv_heads} (plan) but the cache has "
+                             f"{cache_c.num_kv_heads} KV heads")
+        if cache_c.head_size != self.head_size:
+            raise ValueError(f"head_size = {self.head_size} (plan) but the cache has head size "
+                             f"{cache_c.head_size}")
+        a = fw.arg
+        bt, sl, qsl = self.dev
+        hbt, hsl, hqsl = self.host
+        p = _C.plan(cache_c, q_dtype, self.num_tokens, self.num_heads, lse,
+                    a(bt, "block_table"), a(sl, "seq_lens"), a(qsl, "query_start_loc"),
+                    a(hbt, "block_table"), a(hsl, "seq_lens"), a(hqsl, "query_start_loc"),
+                    self.scale, self.softcap, self.sliding_window,
+                    fw.opt_arg(self.alibi, "alibi_slopes"), fw.opt_arg(self.sinks, "sinks"),
+                    *self.options)
+        need = p.workspace_bytes
+        if need > self.workspace_bytes:
+            # Grow once; every plan of the step shares the buffer (one run at a time).
+            self.workspace = self._alloc(need)
+            self.workspace_bytes = need
+            for q in self.plans.values():
+                q.set_workspace(fw.arg(self.workspace, "workspace"))
+        if self.workspace is not None:
+            p.set_workspace(fw.arg(self.workspace, "workspace"))
+        self.plans[key] = p
+        return p
+
+    def _alloc(self, nbytes: int):
+        # fp32 elements: framework allocations are at least 16-byte aligned
+        # (kWorkspaceAlignment), and every framework has fp32.
+        return fw.empty_on(self.device, ((nbytes + 3) // 4,), "fp32", self.torch_like)
+
+
+
+def _normalize_device(device) -> str:
+    if device is None:
+        return None
+    s = str(device)
+    if s == "cuda":
+        return "cuda:0"
+    if s == "cpu" or s.startswith("cuda:"):
+        return s
+    raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+def _last(x) -> int:
+    """query_start_loc[-1] (num_tokens) when `x` is a non-empty vector; 0 otherwise (the
+    library then reports the shape)."""
+    try:
+        return int(x[-1])
+    except (TypeError, ValueError, IndexError):
+        return 0
+
+
+class BatchAttention:
+    """Paged attention over a batch mixing decode rows and prefill chunks, planned once per
+    step and run once per layer (DESIGN.md §3). The wrapper owns the workspace and the
+    device copies of the metadata.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a torch.device); None = the device of
+            the block_table given to plan().
+
+    Example::
+
+        w = pagedattn.BatchAttention("cuda")
+        w.plan(block_table, seq_lens, query_start_loc, num_heads=32, num_kv_heads=8,
+               head_size=128, cache=caches[0])
+        for layer in range(num_layers):
+            out = w.run(q[layer], caches[layer])
+    """
+
+    def __init__(self, device=None):
+        self._device = _normalize_device(device)
+        self._state = None
+        self._id = next(_ids)
+
+    def plan(self, block_table, seq_lens, query_start_loc, *, num_heads: int,
+             num_kv_heads: int, head_size: int, scale: float | None = None,
+             softcap: float = 0.0, sliding_window: int = 0, alibi_slopes=None, sinks=None,
+             cache: KVCache | None = None, q_dtype=None, return_lse: bool = False,
+             num_splits: int = 0, tile_tokens: int = 0, num_threads: int = 0) -> None:
+        """Plan the step: validate the metadata values on the host and choose the kernel.
+
+        Args:
+            block_table: ``[S, max_blocks_per_seq]`` int32, physical block of logical block j
+                of sequence s (only the first ceil(seq_len / block_size) entries are read).
+            seq_lens: ``[S]`` int32, KV length of each sequence including this step's tokens.
+            query_start_loc: ``[S + 1]`` int32, prefix sum of the query lengths (starts at 0,
+                ends at T); a query length of 0 skips a sequence.
+                The three are read on the host: host arrays (copied to the device once
+                here) or device tensors (copied to the host here, a synchronisation; then
+                used in place).
+            num_heads, num_kv_heads, head_size: H, KVH (H % KVH == 0), D.
+            scale: softmax scale, default 1 / sqrt(head_size).
+            softcap: ``z = softcap * tanh(z / softcap)`` after scaling; 0 = off.
+            sliding_window: keys with ``q_pos - j < sliding_window``; 0 = off.
+            alibi_slopes: optional ``[H]`` fp32 on the run device (``z += slope * (j - q_pos)``).
+            sinks: optional ``[H]`` fp32 on the run device: a logit per head that joins the
+                softmax denominator only (finite or -inf).
+            cache, q_dtype, return_lse: when given, the plan for a query of `q_dtype` (default:
+                the cache dtype) on caches like `cache` is made now, so that run() does no
+                planning (needed before CUDA-graph capture); otherwise run() plans on its first
+                call for each query dtype / cache geometry / lse request (and the metadata
+                values, which are checked against the cache's block count, are validated
+                then).
+            num_splits, tile_tokens, num_threads: overrides of the selection (0 = choose).
+
+        Raises:
+            ValueError: inconsistent metadata (the message names the argument and index, e.g.
+                "seq_lens[2] = 3 < query_len 5"); NotImplementedError: no kernel can run the
+                configuration; RuntimeError: the device is not available.
+        """
+        for x, n in ((block_table, "block_table"), (seq_lens, "seq_lens"),
+                     (query_start_loc, "query_start_loc")):
+            fw.check_array(x, n)
+        device = self._device or fw.device_of(block_table)
+        st = _PlanState()
+        st.id = self._id
+        st.device = device
+        st.torch_like = fw.is_torch(block_table)
+        host = tuple(fw.to_host(x) for x in (block_table, seq_lens, query_start_loc))
+        prev = self._state
+        dev = []
+        for i, (x, h) in enumerate(zip((block_table, seq_lens, query_start_loc), host)):
+            if fw.device_of(x) == device:
+                dev.append(x)
+                continue
+            old = prev.dev[i] if prev is not None else None
+            # Same shape as last step's copy: refill it, so that its address (which a captured
+            # CUDA graph holds) stays valid.
+            if (old is not None and fw.is_torch(old) and fw.is_torch(h)
+                    and old.shape == h.shape and old.dtype == h.dtype):
+                old.copy_(h, non_blocking=True)
+                dev.append(old)
+            else:
+                dev.append(fw.to_device(h, device, st.torch_like))
+        st.host = host
+        st.dev = tuple(dev)
+        st.num_tokens = _last(host[2])
+        st.num_heads = int(num_heads)
+        st.num_kv_heads = int(num_kv_heads)
+        st.head_size = int(head_size)
+        st.scale = float(_C.default_scale(st.head_size) if scale is None else scale)
+        st.softcap = float(softcap)
+        st.sliding_window = int(sliding_window)
+        st.alibi = alibi_slopes
+        st.sinks = sinks
+        st.options = (int(num_splits), int(tile_tokens), int(num_threads))
+        st.plans = {}
+        st.fast = {}
+        st.workspace = prev.workspace if prev is not None and prev.device == device else None
+        st.workspace_bytes = prev.workspace_bytes if st.workspace is not None else 0
+        if cache is not None:
+            if q_dtype is None:
+                if cache.dtype.startswith("fp8"):
+                    raise ValueError("q_dtype: required with an fp8 cache (the query dtype)")
+                q_dtype = cache.dtype
+            st.plan_for(fw.dtype_name(q_dtype), cache._c, bool(return_lse))
+        self._state = st
+        _STATES[self._id] = st
+
+    def run(self, query, cache: KVCache, out=None, return_lse: bool = False):
+        """Attention of every planned row.
+
+        Args:
+            query: ``[T, H, D]`` fp32/fp16/bf16 on the plan's device; heads and tokens may be
+                strided, the last dimension contiguous. Rows packed per sequence in the order
+                of query_start_loc.
+            cache: the layer's KVCache (same dtype as the query, or fp8).
+            out: optional ``[T, H, D]`` of the query dtype to write into (may be `query`
+                itself); allocated (contiguous, in the query's framework) when None.
+            return_lse: also return the ``[T, H]`` fp32 natural-log log-sum-exp of each row's
+                logits (after scale, softcap and ALiBi; with the sink term).
+
+        Returns:
+            out, or (out, lse) when return_lse.
+
+        Raises:
+            ValueError: shapes, dtypes or devices other than the plan's (plan again for a new
+                batch shape), or tensors sharing memory; RuntimeError: plan() was not called.
+        """
+        st = self._state
+        if st is None:
+            raise RuntimeError("BatchAttention.run: call plan() first")
+        if fw.is_torch(query):
+            if _compiling():
+                return _op_run(self._id, query, cache, out, return_lse, st)
+            stream = 0 if query.device.type == "cpu" else fw.stream_of(query)
+        else:
+            fw.check_array(query, "query")
+            stream = fw.stream_of(query)
+        p = st.fast.get((query.dtype, cache._sig, return_lse))
+        if p is None:
+            p = st.plan_for(fw.dtype_name(query.dtype, "query"), cache._c, return_lse)
+            st.fast[(query.dtype, cache._sig, return_lse)] = p
+        if out is None:
+            out = fw.empty(query, query.shape, fw.dtype_name(query.dtype, "query"))
+        lse = fw.empty(query, (st.num_tokens, st.num_heads), "fp32") if return_lse else None
+        _C.run_planned(p, fw.arg(query, "query"), cache._c, fw.arg(out, "out"),
+                       None if lse is None else fw.arg(lse, "lse"), stream)
+        return (out, lse) if return_lse else out
+
+    def explain(self, cache: KVCache, q_dtype=None, return_lse: bool = False) -> dict:
+        """The selection of the plan for a query of `q_dtype` (default: the cache dtype) on
+        `cache`, as pagedattn.explain returns it."""
+        st = self._state
+        if st is None:
+            raise RuntimeError("BatchAttention.explain: call plan() first")
+        q = fw.dtype_name(q_dtype if q_dtype is not None else cache.dtype)
+        return _C.explain(st.plan_for(q, cache._c, bool(return_lse)), cache._c)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the workspace the wrapper holds (the largest plan's need)."""
+        return 0 if self._state is None else self._state.workspace_bytes
+
+
+def _op_run(plan_id, query, cache, out, return_lse, st):
+    """BatchAttention.run under torch.compile: the torch.ops.pagedattn.run_attention op."""
+    if out is None:
+        out = query.new_empty(query.shape)
+    lse = query.new_empty((st.num_tokens, st.num_heads), dtype=_torch.float32) if return_lse \
+        else None
+    _torch.ops.pagedattn.run_attention(query, cache.k_cache, cache.v_cache, out, lse, plan_id,
+                                       cache.layout, cache.k_scale, cache.v_scale)
+    return (out, lse) if return_lse else out
+
+
+def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
+                    scale: float | None = None, softcap: float = 0.0, sliding_window: int = 0,
+                    alibi_slopes=None, sinks=None, return_lse: bool = False):
+    """One-shot attention: plan, allocate the workspace, run (BatchAttention.plan + run).
+
+    Arguments as BatchAttention.plan and .run; block_table, seq_lens and query_start_loc are
+    int32 tensors on the query's device (CUDA ones are copied to the host to plan: a
+    synchronisation, so prefer BatchAttention in a serving loop or a CUDA graph).
+
+    Returns:
+        out ``[T, H, D]`` in the query dtype, or (out, lse ``[T, H]`` fp32) when return_lse.
+    """
+    if fw.is_torch(query) and _compiling():
+        out, lse = _torch.ops.pagedattn.paged_attention(
+            query, cache.k_cache, cache.v_cache, block_table, seq_lens, query_start_loc,
+            cache.layout, cache.k_scale, cache.v_scale,
+            -1.0 if scale is None else float(scale), float(softcap), int(sliding_window),
+            alibi_slopes, sinks, bool(return_lse))
+        return (out, lse) if return_lse else out
+    fw.check_array(query, "query")
+    shape = tuple(query.shape)
+    w = BatchAttention(fw.device_of(query))
+    w.plan(block_table, seq_lens, query_start_loc,
+           num_heads=shape[1] if len(shape) == 3 else 0, num_kv_heads=cache.num_kv_heads,
+           head_size=cache.head_size, scale=scale, softcap=softcap,
+           sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks)
+    return w.run(query, cache, return_lse=return_lse)
+
+
+def merge_states(out_a, lse_a, out_b, lse_b):
+    """Merge two partial attention states over disjoint key sets (split-KV, cascade prefixes):
+    with ``lse = log(e^lse_a + e^lse_b)``, ``out = e^(lse_a - lse) out_a + e^(lse_b - lse)
+    out_b`` (the log-sum-exp identity of the online softmax: Milakov & Gimelshein 2018;
+    FlashAttention-2 §3.1). A state with lse -inf contributes nothing; both -inf give out 0,
+    lse -inf.
+
+    Args:
+        out_a, out_b: ``[T, H, D]`` fp32/fp16/bf16, one dtype, last dimension contiguous.
+        lse_a, lse_b: ``[T, H]`` fp32, finite or -inf.
+
+    Returns:
+        (out ``[T, H, D]`` of the inputs' dtype, lse ``[T, H]`` fp32), new arrays in the
+        framework of out_a.
+
+    Raises:
+        ValueError: shape, dtype or device mismatch.
+    """
+    if fw.is_torch(out_a) and _compiling():
+        return _torch.ops.pagedattn.merge_states(out_a, lse_a, out_b, lse_b)
+    fw.check_array(out_a, "out_a")
+    fw.check_array(lse_a, "lse_a")
+    out = fw.empty(out_a, tuple(out_a.shape), fw.dtype_name(out_a.dtype, "out_a"))
+    lse = fw.empty(out_a, tuple(lse_a.shape), "fp32")
+    _C.merge_states(fw.arg(out_a, "out_a"), fw.arg(lse_a, "lse_a"), fw.arg(out_b, "out_b"),
+                    fw.arg(lse_b, "lse_b"), fw.arg(out, "out"), fw.arg(lse, "lse"),
+                    fw.stream_of(out_a))
+    return out, lse
+
+
+def reference_attention(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
+                        scale: float | None = None, softcap: float = 0.0,
+                        sliding_window: int = 0, alibi_slopes=None, sinks=None,
+                        return_lse: bool = False):
+    """The naive oracle (DESIGN.md §4) for users' own tests: every allowed key gathered
+    through the block table, accumulated in double, a two-pass softmax. CPU tensors only;
+    arguments and validation as paged_attention.
+
+    Returns:
+        out ``[T, H, D]`` fp32 (the double result rounded once), or (out, lse ``[T, H]`` fp32).
+    """
+    fw.check_array(query, "query")
+    shape = tuple(query.shape)
+    out = fw.empty(query, shape, "fp32")
+    lse = fw.empty(query, shape[:2], "fp32") if len(shape) >= 2 else None
+    head = cache.head_size
+    _C.reference_attention(
+        fw.arg(query, "query"), fw.arg(cache.k_cache, "k_cache"), fw.arg(cache.v_cache, "v_cache"),
+        cache.layout, cache.k_scale, cache.v_scale, fw.arg(block_table, "block_table"),
+        fw.arg(seq_lens, "seq_lens"), fw.arg(query_start_loc, "query_start_loc"),
+        fw.arg(out, "out"), None if lse is None or not return_lse else fw.arg(lse, "lse"),
+        float(_C.default_scale(head) if scale is None else scale), float(softcap),
+        int(sliding_window), fw.opt_arg(alibi_slopes, "alibi_slopes"), fw.opt_arg(sinks, "sinks"))
+    return (out, lse) if return_lse else out
+
+
+def explain(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
+            scale: float | None = None, softcap: float = 0.0, sliding_window: int = 0,
+            alibi_slopes=None, sinks=None, return_lse: bool = False, num_splits: int = 0,
+            tile_tokens: int = 0) -> dict:
+    """What the selection function decides for this call (the `pagedattn explain` command):
+    a dict with ``kernel``, ``access``, ``tile_tokens``, ``num_splits``,
+    ``shared_memory_bytes``, ``threads_per_block``, ``decode_rows_fast_path``,
+    ``prefill_rows_mma``, ``reason``, ``workspace_bytes``, ``batch`` (the batch summary),
+    ``problem`` (the problem description) and ``writer`` (write_kv's choice for the cache).
+    Arguments as paged_attention; only the query's shape and dtype are used.
+    """
+    fw.check_array(query, "query")
+    shape = tuple(query.shape)
+    w = BatchAttention(fw.device_of(query))
+    w.plan(block_table, seq_lens, query_start_loc,
+           num_heads=shape[1] if len(shape) == 3 else 0, num_kv_heads=cache.num_kv_heads,
+           head_size=cache.head_size, scale=scale, softcap=softcap,
+           sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks,
+           num_splits=num_splits, tile_tokens=tile_tokens)
+    return w.explain(cache, q_dtype=query.dtype, return_lse=return_lse)
