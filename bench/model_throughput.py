@@ -35,9 +35,6 @@ import traceback
 
 import torch
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
 def _cat_parts(spec: str) -> str:
     parts = spec.split(",")
     if len(parts) == 1:
@@ -72,18 +69,28 @@ def build_llama8b(args, dev, dtype):
 
     from pagedattn.models import llama_config_from_hf
 
-    hc = HFConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
-                  num_hidden_layers=args.llama_layers, num_attention_heads=32,
-                  num_key_value_heads=8, head_dim=128, rms_norm_eps=1e-5,
-                  rope_theta=500000.0, max_position_embeddings=131072,
-                  tie_word_embeddings=False, bos_token_id=128000, eos_token_id=128001)
+    shape = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                 num_hidden_layers=args.llama_layers, num_attention_heads=32,
+                 num_key_value_heads=8, head_dim=128)
+    for kv in filter(None, (args.llama_override or "").split(",")):
+        k, v = kv.split("=")
+        if k not in shape:
+            raise ValueError(f"--llama-override: unknown field {k!r} (one of {sorted(shape)})")
+        shape[k] = int(v)
+    hc = HFConfig(**shape, rms_norm_eps=1e-5, rope_theta=500000.0,
+                  max_position_embeddings=131072, tie_word_embeddings=False,
+                  bos_token_id=128000, eos_token_id=128001)
     hc._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    with torch.device(dev):
-        hf = LlamaForCausalLM(hc).to(dtype).eval()
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # built in the bench dtype: no fp32 copy of 8B weights
+    try:
+        with torch.device(dev):
+            hf = LlamaForCausalLM(hc).eval()
+    finally:
+        torch.set_default_dtype(old)
     cfg = llama_config_from_hf(hc)
     weights = dict(hf.state_dict())
-    # Random init gives near-uniform logits; a larger output scale makes argmax meaningful.
     return cfg, weights, hf
 
 
@@ -191,11 +198,13 @@ def main(argv=None):
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--layout", default="split", choices=["nhd", "hnd", "split"])
     ap.add_argument("--llama-layers", type=int, default=32)
+    ap.add_argument("--llama-override", metavar="K=V,...",
+                    help="change the 8B shape (e.g. hidden_size=256,vocab_size=1024 for a smoke test)")
     ap.add_argument("--no-hf", action="store_true", help="skip transformers' generate")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
 
-    sys.path.insert(0, os.path.join(_HERE, "..", "python"))
+    # The installed package (scripts/setup.sh installs it), or PYTHONPATH=<build>/python.
     from pagedattn.models import PagedLlama
 
     dev = torch.device(args.device)

@@ -193,6 +193,10 @@ def llama_config_from_hf(hf_config) -> LlamaConfig:
     heads = hf_config.num_attention_heads
     rope = getattr(hf_config, "rope_parameters", None) or {}
     theta = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
+    scaling = getattr(hf_config, "rope_scaling", None) or {}  # transformers < 5
+    kind = rope.get("rope_type", scaling.get("rope_type", scaling.get("type", "default")))
+    if kind != "default":
+        raise NotImplementedError(f"rope_type {kind!r}: PagedLlama implements plain RoPE only")
     return LlamaConfig(
         vocab_size=hf_config.vocab_size, hidden_size=hf_config.hidden_size,
         intermediate_size=hf_config.intermediate_size,
