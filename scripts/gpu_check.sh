@@ -13,6 +13,11 @@
 #     the Sanitize* cases, which run under the sanitizers);
 #   MODE=quick: a kernel-development loop: build, the GPU test suite (no sanitizers) and the
 #     standard decode workloads (nhd; W1/W2/W5 split), about two minutes.
+#   MODE=python: build the Python extension only and run the pytest suite on cuda tensors
+#     (`pytest tests/python --device cuda`: the shared matrix, torch.compile, opcheck, the
+#     current stream, CUDA-graph replay) and bench/python_overhead.py (host overhead of
+#     BatchAttention.run over the C++ call). MODE=check runs the same pytest step last, in
+#     the time it has left. Both need nanobind and torch for python3.
 #
 #   bash scripts/gpu_check.sh            # from the repository root
 #   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
@@ -71,13 +76,23 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 
 # ---------------------------------------------------------------- build
 t0=$(date +%s)
+PY_FLAGS=(-DPAGEDATTN_PYTHON=OFF)
+PY_TARGET=()
+# Only where python3 has nanobind and its headers: a configure that fails on them would stop
+# every other step.
+if python3 -c 'import nanobind, sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null; then
+  PY_FLAGS=(-DPAGEDATTN_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)")
+  PY_TARGET=(pagedattn_py)
+fi
 {
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a &&
-  if [ "$MODE" = bench ]; then
+    -DCMAKE_CUDA_ARCHITECTURES=90a "${PY_FLAGS[@]}" &&
+  if [ "$MODE" = python ]; then
+    run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}"
+  elif [ "$MODE" = bench ]; then
     run_limited 330 120 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cli
   else
-    run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cuda_tests pagedattn_cli pagedattn_unit_tests
+    run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cuda_tests pagedattn_cli pagedattn_unit_tests "${PY_TARGET[@]}"
   fi
 } > "$LOG/build.log" 2>&1
 rc=$?
@@ -115,7 +130,7 @@ if (( build_rc == 0 )) && [ "$MODE" = quick ]; then
   cat "$LOG/bench.log"
 fi
 
-if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
+if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ] && [ "$MODE" != python ]; then
   # ---------------------------------------------------------------- host index emulation
   t0=$(date +%s)
   run_limited 60 150 "$UNIT" --gtest_filter='CudaIndexing*' > "$LOG/unit.log" 2>&1
@@ -175,7 +190,28 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ]; then
   record run_cuda "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $rc"
 fi
 
-if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ]; then
+if (( build_rc == 0 )) && { [ "$MODE" = python ] || [ "$MODE" = check ]; }; then
+  # ---------------------------------------------------------------- Python package on cuda
+  t0=$(date +%s)
+  if [ ${#PY_TARGET[@]} -eq 0 ]; then
+    record pytest_cuda FAIL 0 "no nanobind or Python.h for python3: the extension was not built"
+  else
+    py_path="$(cd "$BUILD" && pwd)/python"
+    PYTHONPATH="$py_path" run_limited 240 20 python3 -m pytest tests/python \
+      --device cuda -q -p no:cacheprovider > "$LOG/pytest.log" 2>&1
+    rc=$?; t1=$(date +%s)
+    record pytest_cuda "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(grep -E '[0-9]+ (passed|failed)' "$LOG/pytest.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+    grep -E '^(FAILED|ERROR) ' "$LOG/pytest.log" | head -20
+    t0=$(date +%s)
+    PYTHONPATH="$py_path" run_limited 60 5 python3 bench/python_overhead.py \
+      --json "$OUT/python_overhead.json" > "$LOG/python_overhead.log" 2>&1
+    rc=$?; t1=$(date +%s)
+    record python_overhead "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "$(grep -o 'overhead *[0-9.]* us' "$LOG/python_overhead.log" | tr '\n' ' ')"
+    cat "$LOG/python_overhead.log"
+  fi
+fi
+
+if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ] && [ "$MODE" != python ]; then
   # ---------------------------------------------------------------- benchmark
   t0=$(date +%s)
   run_limited 150 90 "$CLI" bench --workloads standard,trace --sweep --json "$OUT/bench.json" \
@@ -229,7 +265,7 @@ tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
 # archive (summary.txt, report.md and bench.png stay beside it for a quick look).
 ( cd "$OUT" || exit
   shopt -s nullglob  # a failed step leaves some of these out: archive the others
-  files=(bench*.json bench.cs[v] sdpa*.json report*.md)  # [v]: a glob, so nullglob applies
+  files=(bench*.json bench.cs[v] sdpa*.json report*.md python_overhead.jso[n])  # [v]: a glob, so nullglob applies
   (( ${#files[@]} )) || exit 0
   tar czf results.tgz "${files[@]}" &&
     for f in "${files[@]}"; do [ "$f" = report.md ] || rm -f "$f"; done )

@@ -48,7 +48,8 @@ if [ "$with_python" != OFF ]; then
   # unreachable. PAGEDATTN_TORCH=OFF skips it (the torch tests then skip).
   if [ "${PAGEDATTN_TORCH:-ON}" != OFF ] && ! "$python" -c 'import torch' 2>/dev/null; then
     echo "setup: pip install torch (CPU wheel)"
-    "$python" -m pip install -q "${pip_flags[@]}" torch --index-url https://download.pytorch.org/whl/cpu ||
+    "$python" -m pip install -q "${pip_flags[@]}" --retries 1 --timeout 20 torch \
+      --index-url https://download.pytorch.org/whl/cpu ||
       "$python" -m pip install -q "${pip_flags[@]}" torch
   fi
   # The real-model test (tests/python/test_model_smollm2.py): the GGUF reader, tokenizers,

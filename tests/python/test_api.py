@@ -102,6 +102,11 @@ def test_merge_states_formula(device):
     np.testing.assert_allclose(_np(out), ref, atol=1e-6, rtol=1e-5)
     np.testing.assert_allclose(_np(lse), ref_lse, atol=1e-6, rtol=1e-5)
     assert np.all(_np(out)[1, 1] == 0) and _np(lse)[1, 1] == -np.inf
+    with pytest.raises(ValueError, match="lse_b"):  # one token short
+        pagedattn.merge_states(conv(oa), conv(la), conv(ob), conv(np.ascontiguousarray(lb[:-1])))
+    with pytest.raises(ValueError, match="out_b"):  # another head size
+        pagedattn.merge_states(conv(oa), conv(la), conv(np.ascontiguousarray(ob[..., :8])),
+                               conv(lb))
 
 
 # ------------------------------------------------------------------------ bad inputs

@@ -128,3 +128,14 @@ def test_matrix_is_the_shared_list(device):
     names = {c.name for c in full}
     assert len(names) == len(full) > len(quick) > 10
     assert all(math.isfinite(c.scale) and c.scale > 0 for c in full)
+
+
+def test_run_case_binding(device):
+    """The C++ harness itself on the smallest quick cases, through the binding: the same
+    configurations pass there (writer bit-exact, attention within budget)."""
+    cases = sorted(testing.matrix_cases(device, quick=True),
+                   key=lambda c: sum(c.seq_lens) * c.num_heads * c.head_size)[:3]
+    for c in cases:
+        r = testing.run_case(c)
+        assert r["pass"] and r["writer_exact"], f"{c.name}: {r['detail']}"
+        assert r["elements_checked"] > 0 and r["worst_ratio"] <= 1.0
