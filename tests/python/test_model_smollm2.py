@@ -82,7 +82,7 @@ def test_tokenizer_matches_transformers(gguf_path, smollm2):
     from transformers import AutoTokenizer
 
     d, f = os.path.split(gguf_path)
-    ref = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    ref = AutoTokenizer.from_pretrained(d, gguf_file=f, local_files_only=True)
     tok = smollm2[2]
     for text in ["Hello world 123", "  spaces\tand\nnewlines 3.14159 é ü 漢字",
                  chat_prompt(gguf_path, "x=42; print(x)")]:
