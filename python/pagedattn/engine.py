@@ -278,13 +278,15 @@ class Engine:
         logits = self.model(batch, self.cache)
         sampled = []
         row = 0
+        # Every greedy token in one device-to-host copy (not one synchronisation per request).
+        greedy = logits.argmax(dim=-1).tolist() if len(logits) else []
         for r, start, n in chunks:
             r.computed = start + n
             if r.computed < len(r.tokens):
                 continue  # a prefill chunk short of the prompt's end
             lg = logits[row]
+            tok = greedy[row] if r.params.temperature == 0 else sample(lg, r.params, r.generator)
             row += 1
-            tok = sample(lg, r.params, r.generator)
             r.output_ids.append(tok)
             sampled.append((r.id, tok, lg if self.keep_logits else None))
             if tok in r.params.stop_token_ids:
