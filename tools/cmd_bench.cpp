@@ -67,8 +67,16 @@ int run_bench(const BenchFlags& f) {
     std::fprintf(stderr, "pagedattn bench: %s\n", m.c_str());
     return kExitInvalid;
   };
-  if (f.iters < 1) return usage("--iters " + std::to_string(f.iters) + ": expected >= 1");
-  if (f.warmup < 0) return usage("--warmup " + std::to_string(f.warmup) + ": expected >= 0");
+  // Each timed call gets two CUDA events and a host time: a count past 10^6 is a typo that
+  // would create billions of events before the first result (10^6 calls of the largest
+  // workload already take minutes).
+  constexpr int kMaxCalls = 1000000;
+  if (f.iters < 1 || f.iters > kMaxCalls)
+    return usage("--iters " + std::to_string(f.iters) + ": expected 1 .. " +
+                 std::to_string(kMaxCalls));
+  if (f.warmup < 0 || f.warmup > kMaxCalls)
+    return usage("--warmup " + std::to_string(f.warmup) + ": expected 0 .. " +
+                 std::to_string(kMaxCalls));
   if (f.splits < 0) return usage("--splits " + std::to_string(f.splits) + ": expected >= 0");
   if (!(std::isfinite(f.ceiling_gb) && f.ceiling_gb > 0 && f.ceiling_gb <= 64))
     return usage("--ceiling-gb " + fmt::format("{}", f.ceiling_gb) +
@@ -282,6 +290,7 @@ Action register_bench(CLI::App& app) {
                   "experiment knob, PlanOptions::num_splits)");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
+  cmd->footer(exit_status_help(/*can_mismatch=*/false));
   return [flags] { return run_bench(*flags); };
 }
 

@@ -1,18 +1,18 @@
 // `pagedattn explain`: what the selection function decides for a configuration — kernel, cache
 // access, tile, splits, shared memory, threads, workspace and the reason — and which writer
 // write_kv would use for the same cache (DESIGN.md §3: one decision for writer and reader).
-// It plans through plan_attention, the same path `run` takes, on shapes only (no memory).
+// It plans through plan_attention, the same path `run` takes, on shapes only (no memory that
+// grows with the lengths: tools/shape_plan.h).
 // Exit status: 0, 2 invalid or unsupported configuration, 3 device unavailable.
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <vector>
 
 #include "pagedattn/pagedattn.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
+#include "tools/shape_plan.h"
 
 namespace pagedattn::cli {
 
@@ -27,69 +27,11 @@ int run_explain(const ConfigFlags& flags) {
   auto cfg = to_case_config(flags, *device);
   if (!cfg.ok()) return fail(cfg.status());
   const testing::CaseConfig& c = *cfg;
-  const int num_seqs = static_cast<int>(c.seq_lens.size());
-
-  // Host metadata: sequential block ids (the ids do not influence the decision).
-  std::vector<std::int32_t> seq_lens(c.seq_lens.begin(), c.seq_lens.end());
-  std::vector<std::int32_t> starts(static_cast<std::size_t>(num_seqs) + 1, 0);
-  std::int64_t width = 1, num_blocks = 0;
-  auto blocks_of = [&c](int s) {  // 64-bit: seq_len + block_size - 1 may pass INT32_MAX
-    return (std::int64_t{c.seq_lens[static_cast<std::size_t>(s)]} + c.block_size - 1) /
-           c.block_size;
-  };
-  for (int s = 0; s < num_seqs; ++s) {
-    starts[static_cast<std::size_t>(s) + 1] =
-        starts[static_cast<std::size_t>(s)] + c.query_lens[static_cast<std::size_t>(s)];
-    const std::int64_t nb = blocks_of(s);
-    width = std::max(width, nb);
-    num_blocks += nb;
-  }
-  num_blocks = std::max<std::int64_t>(num_blocks, 1);
-  // The planner reads a host block table; past 2^28 entries (1 GiB) that is not worth building
-  // for an explanation.
-  if (num_seqs * width > (std::int64_t{1} << 28))
-    return fail(Status(StatusCode::kInvalidArgument,
-                       "--seq-lens / --block-size: the block table would need " +
-                           std::to_string(num_seqs * width) +
-                           " entries (more than 2^28); use a larger --block-size"));
-  std::vector<std::int32_t> table(static_cast<std::size_t>(num_seqs * width), 0);
-  {
-    std::int32_t next = 0;
-    for (int s = 0; s < num_seqs; ++s) {
-      const std::int64_t nb = blocks_of(s);
-      for (std::int64_t j = 0; j < nb; ++j) table[static_cast<std::size_t>(s * width + j)] = next++;
-    }
-  }
-  const std::int64_t T = starts.back();
-
-  const KVCacheSpec spec = testing::kv_cache_spec(c, num_blocks);
-  // Shapes only: planning never touches memory, so the views have null data.
-  auto cache = make_kv_cache(spec, nullptr, nullptr, *device, c.k_scale > 0 ? c.k_scale : 1.0f,
-                             c.v_scale > 0 ? c.v_scale : 1.0f);
-  if (!cache.ok()) return fail(cache.status());
-
+  auto shaped = plan_on_shapes(c, /*with_lse=*/false);
+  if (!shaped.ok()) return fail(shaped.status());
+  const AttentionPlan* plan = &shaped->plan;
+  const KVCache* cache = &shaped->cache;
   const Device d = *device;
-  AttentionArgs args;
-  args.query = TensorView::contiguous(nullptr, c.dtype, {T, c.num_heads, c.head_size}, d);
-  args.out = args.query;
-  args.cache = *cache;
-  args.block_table = TensorView::contiguous(nullptr, DType::kInt32, {num_seqs, width}, d);
-  args.seq_lens = TensorView::contiguous(nullptr, DType::kInt32, {num_seqs}, d);
-  args.query_start_loc = TensorView::contiguous(nullptr, DType::kInt32, {num_seqs + 1}, d);
-  args.params.scale = default_scale(c.head_size);
-  args.params.softcap = c.softcap;
-  args.params.sliding_window = c.sliding_window;
-  if (c.alibi)
-    args.params.alibi_slopes = TensorView::contiguous(nullptr, DType::kFloat32, {c.num_heads}, d);
-  if (c.sinks)
-    args.params.sinks = TensorView::contiguous(nullptr, DType::kFloat32, {c.num_heads}, d);
-  HostMetadata host;
-  host.block_table = TensorView::contiguous(table.data(), DType::kInt32, {num_seqs, width});
-  host.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {num_seqs});
-  host.query_start_loc = TensorView::contiguous(starts.data(), DType::kInt32, {num_seqs + 1});
-
-  auto plan = plan_attention(args, host, c.plan);
-  if (!plan.ok()) return fail(plan.status());
   const KernelChoice& k = plan->choice();
   const ProblemDesc& p = plan->problem();
   const CacheAccessDecision access = decide_cache_access(*cache);
@@ -138,17 +80,20 @@ int run_explain(const ConfigFlags& flags) {
     return kExitOk;
   }
   std::printf(
-      "problem     %s: %d query heads / %d KV heads (GQA %d), head_size %d, %s query, "
-      "%s cache, %s layout, block_size %d, %lld blocks, page_pad %lld\n",
-      to_string(d).c_str(), p.num_heads, p.num_kv_heads, p.gqa_ratio(), p.head_size,
-      to_string(p.q_dtype), to_string(p.cache_dtype), to_string(p.layout), p.block_size,
-      static_cast<long long>(p.num_blocks), static_cast<long long>(c.page_pad));
+      "problem     %s: %d query head%s / %d KV head%s (GQA %d), head_size %d, %s query, "
+      "%s cache, %s layout, block_size %d, %lld block%s, page_pad %lld\n",
+      to_string(d).c_str(), p.num_heads, p.num_heads == 1 ? "" : "s", p.num_kv_heads,
+      p.num_kv_heads == 1 ? "" : "s", p.gqa_ratio(), p.head_size, to_string(p.q_dtype),
+      to_string(p.cache_dtype), to_string(p.layout), p.block_size,
+      static_cast<long long>(p.num_blocks), p.num_blocks == 1 ? "" : "s",
+      static_cast<long long>(c.page_pad));
   std::printf(
-      "batch       %d seqs (%d decode, %d prefill, %d skipped), %lld tokens, max seq_len "
-      "%d, %lld KV tokens\n",
-      p.batch.num_seqs, p.batch.num_decode_seqs, p.batch.num_prefill_seqs, p.batch.num_empty_seqs,
-      static_cast<long long>(p.batch.num_tokens), p.batch.max_seq_len,
-      static_cast<long long>(p.batch.total_kv_tokens));
+      "batch       %d sequence%s (%d decode, %d prefill, %d skipped), %lld token%s, max "
+      "seq_len %d, %lld KV token%s\n",
+      p.batch.num_seqs, p.batch.num_seqs == 1 ? "" : "s", p.batch.num_decode_seqs, p.batch.num_prefill_seqs, p.batch.num_empty_seqs,
+      static_cast<long long>(p.batch.num_tokens), p.batch.num_tokens == 1 ? "" : "s",
+      p.batch.max_seq_len, static_cast<long long>(p.batch.total_kv_tokens),
+      p.batch.total_kv_tokens == 1 ? "" : "s");
   std::printf("features    softcap %g, sliding_window %d, alibi %s, sinks %s\n", p.softcap,
               p.sliding_window, p.alibi ? "yes" : "no", p.sinks ? "yes" : "no");
   std::printf("kernel      %s\n", to_string(k.kernel));
@@ -181,6 +126,7 @@ Action register_explain(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "explain", "print the kernel, tile, splits and writer chosen for a configuration");
   add_config_flags(sub, flags.get());
+  sub->footer(exit_status_help(/*can_mismatch=*/false));
   return [flags] { return run_explain(*flags); };
 }
 

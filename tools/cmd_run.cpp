@@ -15,6 +15,7 @@
 #include "src/serving/replay.h"
 #include "src/serving/trace.h"
 #include "tools/commands.h"
+#include "tools/config_flags.h"
 
 namespace pagedattn::cli {
 
@@ -101,6 +102,15 @@ Result<serving::ReplayConfig> to_replay_config(const RunFlags& f) {
   c.max_seqs = f.max_seqs;
   c.max_prompt = f.max_prompt;
   c.max_output = f.max_output;
+  // The replay rounds max_model_len up to blocks in 64-bit arithmetic: a value near 2^63
+  // overflowed into a negative reservation. Lengths are int32 everywhere else (--max-prompt,
+  // --max-output, seq_lens).
+  if (f.max_model_len < 0 || f.max_model_len > 0x7FFFFFFF) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("--max-model-len {}: expected 0 .. 2147483647 (0 = --max-prompt "
+                              "+ --max-output)",
+                              f.max_model_len));
+  }
   c.max_model_len = f.max_model_len;
   c.verify_rows = f.verify_rows;
   c.seed = f.seed;
@@ -207,12 +217,17 @@ Json json_report(const serving::ReplayReport& r) {
   return j;
 }
 
+/// "1 request", "2 requests", "0 requests": a count with its noun in the right number.
+std::string count(std::int64_t n, const char* noun) {
+  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
+}
+
 void print_header(const serving::ReplayReport& r) {
   // The device's name only when it says more than its id ("cuda:0 (NVIDIA H200)", "cpu").
   const bool named = !r.device_name.empty() && r.device_name != r.device;
-  std::printf("pagedattn run: %lld requests of trace %s (%s, %lld records) on %s%s%s%s\n",
-              static_cast<long long>(r.requests), r.trace_name.c_str(), r.trace_path.c_str(),
-              static_cast<long long>(r.trace_records), r.device.c_str(), named ? " (" : "",
+  std::printf("pagedattn run: %s of trace %s (%s, %s) on %s%s%s%s\n",
+              count(r.requests, "request").c_str(), r.trace_name.c_str(), r.trace_path.c_str(),
+              count(r.trace_records, "record").c_str(), r.device.c_str(), named ? " (" : "",
               named ? r.device_name.c_str() : "", named ? ")" : "");
 }
 
@@ -229,9 +244,9 @@ void print_report(const serving::ReplayReport& r) {
       r.model.block_size,
       r.model.page_pad > 0 ? fmt::format(", pages padded by {} elements", r.model.page_pad) : "",
       r.softmax_scale);
-  s += fmt::format("  cache pool    {} blocks{} = {} slots, {} (K+V)\n", r.num_blocks,
+  s += fmt::format("  cache pool    {}{} = {}, {} (K+V)\n", count(r.num_blocks, "block"),
                    r.num_blocks_auto ? " (auto: about half of all replayed requests' blocks)" : "",
-                   r.num_blocks * r.model.block_size, mib(r.cache_bytes));
+                   count(r.num_blocks * r.model.block_size, "slot"), mib(r.cache_bytes));
   s += fmt::format(
       "  scheduler     token budget {}/step, at most {} running; decodes first, then chunked "
       "prefill; admission in arrival order while the request's blocks fit\n",
@@ -240,25 +255,26 @@ void print_report(const serving::ReplayReport& r) {
     return n > 0 ? fmt::format(", {} of length 0 raised to 1", n) : std::string();
   };
   s += fmt::format(
-      "  clipping      {} of {} prompts clipped to --max-prompt {}{} ({} prompt tokens replayed, "
-      "{} in the trace); {} of {} outputs clipped to --max-output {}{} ({} generated, {} in "
-      "the trace)\n",
-      r.prompts_clipped, r.requests, r.max_prompt, raised(r.prompts_raised), r.prefill_tokens,
-      r.trace_prompt_tokens, r.outputs_clipped, r.requests, r.max_output,
+      "  clipping      {} of {} clipped to --max-prompt {}{} ({} replayed, {} in the "
+      "trace); {} of {} clipped to --max-output {}{} ({} generated, {} in the trace)\n",
+      r.prompts_clipped, count(r.requests, "prompt"), r.max_prompt, raised(r.prompts_raised),
+      count(r.prefill_tokens, "prompt token"), r.trace_prompt_tokens, r.outputs_clipped,
+      count(r.requests, "output"), r.max_output,
       raised(r.outputs_raised), r.generated_tokens, r.trace_output_tokens);
   s += fmt::format("  kernel        {} ({} cache access, tile {} tokens, {} split{}): {}\n",
                    r.kernel, r.cache_access, r.tile_tokens, r.num_splits,
                    r.num_splits == 1 ? "" : "s", r.kernel_reason);
   s += "Report\n";
   s += fmt::format(
-      "  requests      {} finished in {} steps ({} mixed decode+prefill; admission waited for "
-      "free blocks in {}); at most {} running, {} sequences / {} tokens in one step\n",
-      r.requests, r.steps, r.mixed_steps, r.memory_wait_steps, r.peak_running, r.max_batch_seqs,
-      r.max_batch_tokens);
+      "  requests      {} finished in {} ({} mixed decode+prefill; admission waited for "
+      "free blocks in {}); at most {} running, {} / {} in one step\n",
+      r.requests, count(r.steps, "step"), r.mixed_steps, count(r.memory_wait_steps, "step"),
+      r.peak_running,
+      count(r.max_batch_seqs, "sequence"), count(r.max_batch_tokens, "token"));
   s += fmt::format(
-      "  tokens        {} prefill in {} chunks + {} decode = {} query tokens; {} generated\n",
-      r.prefill_tokens, r.prefill_chunks, r.decode_tokens, r.prefill_tokens + r.decode_tokens,
-      r.generated_tokens);
+      "  tokens        {} prefill in {} + {} decode = {}; {} generated\n",
+      r.prefill_tokens, count(r.prefill_chunks, "chunk"), r.decode_tokens,
+      count(r.prefill_tokens + r.decode_tokens, "query token"), r.generated_tokens);
   s += fmt::format(
       "  attention     {:.3f} s in run_attention (one layer per step): {:.0f} query tokens/s, "
       "{:.1f} GFLOP/s ({:.1f} GFLOP)\n",
@@ -268,32 +284,39 @@ void print_report(const serving::ReplayReport& r) {
                    "wall {:.3f} s\n",
                    r.write_kv_s, r.plan_s, r.verify_s, r.wall_s);
   s += fmt::format(
-      "  KV memory     peak {} of {} blocks in use ({} slots holding at most {} tokens)\n",
-      r.peak_blocks_used, r.num_blocks, r.peak_blocks_used * r.model.block_size,
-      r.peak_kv_tokens);
+      "  KV memory     peak {} of {} in use ({} holding at most {})\n",
+      r.peak_blocks_used, count(r.num_blocks, "block"),
+      count(r.peak_blocks_used * r.model.block_size, "slot"), count(r.peak_kv_tokens, "token"));
+  // A pool smaller than one reservation runs no request at all under contiguous allocation.
+  const std::string contiguous_fit =
+      r.contiguous_max_running == 0
+          ? "the same pool could not hold one request's reservation"
+          : fmt::format("the same pool would run at most {} at once",
+                        count(r.contiguous_max_running, "request"));
   s += fmt::format(
-      "                contiguous allocation (max_model_len {} reserved per request = {} "
-      "blocks) would need {} x {} = {} blocks for the same {} running requests: {:.2f}x the "
-      "paged peak; the same pool would run at most {} requests at once\n",
-      r.max_model_len, r.contiguous_blocks_per_request, r.peak_running,
-      r.contiguous_blocks_per_request, r.contiguous_blocks_at_peak, r.peak_running,
+      "                contiguous allocation (max_model_len {} reserved per request = {}) "
+      "would need {} x {} = {} for the same {}: {:.2f}x the paged peak; {}\n",
+      r.max_model_len, count(r.contiguous_blocks_per_request, "block"), r.peak_running,
+      r.contiguous_blocks_per_request, count(r.contiguous_blocks_at_peak, "block"),
+      count(r.peak_running, "running request"),
       safe_div(static_cast<double>(r.contiguous_blocks_at_peak),
                static_cast<double>(r.peak_blocks_used)),
-      r.contiguous_max_running);
+      contiguous_fit);
   if (!r.verified) {
     s += "  verification  SKIPPED (--verify-rows 0)\n";
   } else {
     s += fmt::format(
-        "  verification  {} rows ({} prefill, {} decode) vs reference_attention, {} elements "
+        "  verification  {} ({} prefill, {} decode) vs reference_attention, {} "
         "(out and lse): max |error| {:.3g}, worst {:.3g} of the tolerance ({}/{}: atol {:g}, "
         "rtol {:g}), {} failed\n",
-        r.rows_checked, r.prefill_rows_checked, r.decode_rows_checked, r.elements_checked,
+        count(r.rows_checked, "row"), r.prefill_rows_checked, r.decode_rows_checked,
+        count(r.elements_checked, "element"),
         r.max_abs_error, r.worst_ratio, to_string(r.dtype), to_string(r.kv_dtype), r.atol,
         r.rtol, r.elements_failed);
     s += fmt::format(
-        "                KV cache of every request compared bit for bit at its finish: {} "
-        "tokens, {} mismatching elements\n",
-        r.cache_tokens_checked, r.cache_mismatches);
+        "                KV cache of every request compared bit for bit at its finish: {}, "
+        "{} mismatching\n",
+        count(r.cache_tokens_checked, "token"), count(r.cache_mismatches, "element"));
     if (!r.first_failure.empty()) s += fmt::format("  first failure {}\n", r.first_failure);
     s += fmt::format("  result        {}\n", r.pass ? "PASS" : "FAIL");
   }
@@ -303,6 +326,14 @@ void print_report(const serving::ReplayReport& r) {
 int run_run(const RunFlags& flags) {
   Result<serving::ReplayConfig> config = to_replay_config(flags);
   if (!config.ok()) return report_failure("run", config.status(), flags.json);
+  if (config->device == serving::DeviceChoice::kAuto) {
+    // Resolved here, as verify and explain resolve it, so that a CPU run on a machine without
+    // a usable GPU says so on stderr instead of passing for the GPU's.
+    Result<Device> device = resolve_device("auto");
+    if (!device.ok()) return report_failure("run", device.status(), flags.json);
+    config->device = device->type == DeviceType::kCUDA ? serving::DeviceChoice::kCUDA
+                                                       : serving::DeviceChoice::kCPU;
+  }
   // Progress on stderr, so that stdout stays the report (and valid JSON with --json): a line
   // each time another eighth of the requests has finished.
   std::int64_t next_mark = 0;
@@ -410,6 +441,7 @@ Action register_run(CLI::App& app) {
       ->group("");
   sub->add_flag("--json", f->json, "machine-readable final report on stdout");
   sub->add_flag("--quiet", f->quiet, "no progress lines on stderr");
+  sub->footer(exit_status_help(/*can_mismatch=*/true));
   return [f] { return run_run(*f); };
 }
 

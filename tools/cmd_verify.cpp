@@ -1,5 +1,6 @@
 // `pagedattn verify`: run one configuration from the flags, or the named cases of the test
-// matrix (`--cases all|GLOB`, the GoogleTest names), on a device against the oracle.
+// matrix (`--cases all|GLOB`, the GoogleTest names; `--list-cases` prints them), on a device
+// against the oracle.
 // Exit status (DESIGN.md §7): 0 all pass, 1 a result mismatch, 2 invalid input or usage,
 // 3 device unavailable.
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "src/testing/harness.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
+#include "tools/shape_plan.h"
 
 namespace pagedattn::cli {
 
@@ -24,7 +26,17 @@ struct VerifyFlags {
   ConfigFlags config;
   std::string cases;
   bool quick = false;
+  bool list_cases = false;
+  /// The configuration flags the user gave (named cases carry their own configuration).
+  std::vector<std::string> config_flags_given;
 };
+
+/// Configuration flags, which --cases, --quick and --list-cases exclude.
+constexpr const char* kConfigFlagNames[] = {
+    "--layout",         "--num-heads", "--num-kv-heads", "--head-size",   "--block-size",
+    "--dtype",          "--kv-dtype",  "--seq-lens",     "--query-lens",  "--sliding-window",
+    "--softcap",        "--alibi",     "--sinks",        "--page-pad",    "--seed",
+    "--k-scale",        "--v-scale",   "--tile-tokens",  "--num-splits"};
 
 nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult& r) {
   nlohmann::json j;
@@ -53,11 +65,26 @@ nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult
 
 int run_verify(const VerifyFlags& flags) {
   const bool json_out = flags.config.json;
+  const bool named = !flags.cases.empty() || flags.quick || flags.list_cases;
+  // Named cases carry their own configuration and seed: a configuration flag next to them
+  // would be silently ignored, so it is a usage error.
+  if (named && !flags.config_flags_given.empty()) {
+    const char* which = !flags.cases.empty() ? "--cases" : flags.quick ? "--quick" : "--list-cases";
+    std::string given;
+    for (const std::string& g : flags.config_flags_given) given += (given.empty() ? "" : ", ") + g;
+    return report_failure(
+        "verify",
+        Status(StatusCode::kInvalidArgument,
+               std::string(which) + " selects named cases, which carry their own configuration: " +
+                   given + (flags.config_flags_given.size() == 1 ? " is" : " are") +
+                   " not allowed with it"),
+        json_out);
+  }
   auto device = resolve_device(flags.config.device);
   if (!device.ok()) return report_failure("verify", device.status(), json_out);
 
   std::vector<testing::CaseConfig> cases;
-  if (!flags.cases.empty() || flags.quick) {
+  if (named) {
     std::vector<std::string> unmatched;
     cases = testing::select_cases(testing::matrix_cases(*device, flags.quick),
                                   flags.cases.empty() ? "all" : flags.cases, &unmatched);
@@ -73,9 +100,23 @@ int run_verify(const VerifyFlags& flags) {
                               " no case" + subset + " (the other patterns do)";
       return report_failure("verify", Status(StatusCode::kInvalidArgument, msg), json_out);
     }
+    if (flags.list_cases) {
+      if (json_out) {
+        nlohmann::json names = nlohmann::json::array();
+        for (const testing::CaseConfig& c : cases) names.push_back(c.name);
+        std::printf("%s\n", names.dump(2).c_str());
+      } else {
+        for (const testing::CaseConfig& c : cases) std::printf("%s\n", c.name.c_str());
+      }
+      return kExitOk;
+    }
   } else {
     auto c = to_case_config(flags.config, *device);
     if (!c.ok()) return report_failure("verify", c.status(), json_out);
+    // What the library rejects (a head size it has no kernel for, a cache it cannot address)
+    // is found on shapes, before run_case builds inputs that grow with the flags.
+    auto shaped = plan_on_shapes(*c, c->lse);
+    if (!shaped.ok()) return report_failure("verify", shaped.status(), json_out);
     if (device->type == DeviceType::kCPU && c->plan.num_splits > 1)
       std::fprintf(stderr, "note: --num-splits %d has no effect on the CPU: its backend never splits\n",
                    c->plan.num_splits);
@@ -139,24 +180,28 @@ Action register_verify(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "verify", "run a configuration (or named test cases) and compare with the oracle");
   add_config_flags(sub, &flags->config);
-  CLI::Option* cases = sub->add_option(
+  sub->add_option(
       "--cases", flags->cases,
       "named cases instead of one configuration: all, or globs ('*' and '?') separated by "
       "commas; names are the GoogleTest names")
       ->check(kNonEmpty);
-  CLI::Option* quick = sub->add_flag(
+  sub->add_flag(
       "--quick", flags->quick,
       "the small sanitizer subset of the named cases (all of it, or those --cases selects)");
-  // Named cases carry their own configuration and seed: a configuration flag next to them
-  // would be silently ignored, so it is a usage error.
-  for (const char* name : {"--layout", "--num-heads", "--num-kv-heads", "--head-size",
-                           "--block-size", "--dtype", "--kv-dtype", "--seq-lens", "--query-lens",
-                           "--sliding-window", "--softcap", "--alibi", "--sinks", "--page-pad",
-                           "--seed", "--k-scale", "--v-scale", "--tile-tokens", "--num-splits"}) {
-    cases->excludes(sub->get_option(name));
-    quick->excludes(sub->get_option(name));
-  }
-  return [flags] { return run_verify(*flags); };
+  sub->add_flag("--list-cases", flags->list_cases,
+                "print the names of the named cases (those --cases / --quick select), one per "
+                "line, and exit");
+  sub->footer("--cases, --quick and --list-cases take no configuration flag (--layout through "
+              "--num-splits): named cases carry their own.\n\n" +
+              exit_status_help(/*can_mismatch=*/true));
+  // Checked in run_verify, not with CLI11's excludes(), which would print "Excludes: --cases
+  // --quick" under each of the 19 configuration flags in --help.
+  return [flags, sub] {
+    flags->config_flags_given.clear();
+    for (const char* name : kConfigFlagNames)
+      if (sub->get_option(name)->count() > 0) flags->config_flags_given.push_back(name);
+    return run_verify(*flags);
+  };
 }
 
 }  // namespace pagedattn::cli

@@ -42,6 +42,14 @@ inline constexpr int kExitMismatch = 1;
 inline constexpr int kExitInvalid = 2;
 inline constexpr int kExitNoDevice = 3;
 
+/// The exit statuses, for the end of each command's --help. `can_mismatch`: the command
+/// compares results (run, verify); explain and bench have no mismatch to report.
+inline std::string exit_status_help(bool can_mismatch) {
+  return std::string("Exit status: 0 success") +
+         (can_mismatch ? ", 1 result mismatch (a value outside the tolerance)" : "") +
+         ", 2 invalid input or usage, 3 requested device unavailable.";
+}
+
 /// kExitNoDevice for kDeviceUnavailable, kExitInvalid for every other failure.
 inline int exit_code_for(const Status& status) {
   if (status.ok()) return kExitOk;

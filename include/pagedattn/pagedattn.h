@@ -2,6 +2,7 @@
 #pragma once
 
 #include "pagedattn/attention.h"
+#include "pagedattn/convert.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/reference.h"
 #include "pagedattn/select.h"
