@@ -22,7 +22,7 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/core/numeric.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
 #include "src/testing/harness.h"
 
 namespace pagedattn::serving {

@@ -948,7 +948,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     return c;
   };
 
-  // The small-call kernel (src/cuda/decode_small.cu): one-wave cluster calls on nhd/hnd caches
+  // The small-call kernel (src/cuda/decode/decode_small.cu): one-wave cluster calls on nhd/hnd caches
   // whose splits are at most 128 tokens (8 warps, one tile of 16 or 8 tokens each). Cluster
   // sizes 2-8, among them 3, 5, 6 and 7 (uneven output shares per CTA), GQA 1 (MQA per head),
   // 3 and 12 (odd head pairs), 8 and 16 (full columns), head 64 and 128, blocks 1 to 2048 with

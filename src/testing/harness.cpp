@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "src/core/numeric.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
 
 namespace pagedattn::testing {
 

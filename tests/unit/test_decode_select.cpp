@@ -1,4 +1,4 @@
-// The split choice of the CUDA decode fast path (src/cuda/decode_mma.h): host code compiled in
+// The split choice of the CUDA decode fast path (src/cuda/decode/decode_mma.h): host code compiled in
 // every build, checked on a synthetic H200. The cuts of the benchmark workloads are pinned to
 // the ones measured in docs/performance.md, and random batches check the invariants the
 // kernels rely on: no sequence needs more splits than the workspace holds, the work-list bound
@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
-#include "src/cuda/cache_index.h"
-#include "src/cuda/decode_mma.h"
-#include "src/cuda/decode_split.h"
-#include "src/cuda/mma_args.h"
-#include "src/cuda/prefill_mma.h"
+#include "src/cuda/common/cache_index.h"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_split.h"
+#include "src/cuda/common/mma_args.h"
+#include "src/cuda/prefill/prefill_mma.h"
 #include "src/testing/harness.h"
 #include "tests/unit/synthetic_device.h"
 
