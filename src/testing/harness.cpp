@@ -21,6 +21,7 @@
 
 #include "src/core/numeric.h"
 #include "src/cuda/backend/cuda_backend.h"
+#include "src/testing/fill.h"
 
 namespace pagedattn::testing {
 
@@ -70,68 +71,9 @@ Tolerance tolerance_for(DType dtype, DType kv_dtype) {
 namespace {
 
 // ------------------------------------------------------------------------ helpers
-/// splitmix64: a tiny generator whose sequence is the same on every platform and standard
-/// library (std::uniform_real_distribution is not), so a seed names the same inputs everywhere.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in [lo, hi).
-  float uniform(float lo, float hi) {
-    const double u = static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0);
-    return static_cast<float>(lo + (hi - lo) * u);
-  }
-  /// Uniform integer in [0, n).
-  std::uint64_t below(std::uint64_t n) { return n ? next() % n : 0; }
-
- private:
-  std::uint64_t state_;
-};
-
-/// One element of a NaN bit pattern per dtype (DESIGN.md §2: memory the math does not use is
-/// filled with NaN). The payloads are unusual on purpose, so a check can also tell "untouched"
-/// from "overwritten by some other NaN".
-std::vector<std::uint8_t> poison_element(DType dtype) {
-  std::vector<std::uint8_t> e(dtype_size(dtype));
-  switch (dtype) {
-    case DType::kFloat32: {
-      const std::uint32_t v = 0x7FC5A5A5u;
-      std::memcpy(e.data(), &v, 4);
-      break;
-    }
-    case DType::kFloat16: {
-      const std::uint16_t v = 0x7E5Au;
-      std::memcpy(e.data(), &v, 2);
-      break;
-    }
-    case DType::kBFloat16: {
-      const std::uint16_t v = 0x7FDAu;
-      std::memcpy(e.data(), &v, 2);
-      break;
-    }
-    case DType::kFloat8E4M3:
-      e[0] = 0x7F;
-      break;  // e4m3fn NaN
-    case DType::kFloat8E5M2:
-      e[0] = 0xFF;
-      break;  // e5m2 NaN (exponent 31, mantissa 3)
-    default:
-      std::fill(e.begin(), e.end(), 0xA5);
-      break;
-  }
-  return e;
-}
-
-std::vector<std::uint8_t> poisoned_bytes(DType dtype, std::int64_t elements) {
-  const std::vector<std::uint8_t> e = poison_element(dtype);
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(elements) * e.size());
-  for (std::size_t i = 0; i < out.size(); i += e.size()) std::memcpy(&out[i], e.data(), e.size());
-  return out;
+/// The case's generator: its seed names the same inputs on every platform (fill.h).
+SplitMix64 case_rng(std::uint64_t seed) {
+  return SplitMix64(seed * kGolden + 0x632BE59BD9B4E019ull);
 }
 
 constexpr std::uint8_t kGuardByte = 0xC3;
@@ -460,7 +402,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
     return r;
   };
 
-  Rng rng(c.seed);
+  SplitMix64 rng = case_rng(c.seed);
   const Device dev = c.device;
   const int num_seqs = static_cast<int>(c.seq_lens.size());
   const std::int64_t H = c.num_heads, KVH = c.num_kv_heads, D = c.head_size, BS = c.block_size;
