@@ -1,11 +1,13 @@
 // Host-side view of AttentionArgs shared by the MMA kernels (decode fast path, prefill): the
 // alignment rules of their 16-byte cp.async copies and the cache addressing their launchers
-// pass on. Header-only, so that selection and the unit tests see the same code in every build.
+// pass on (the fields every attention kernel shares are filled by launch_args.h).
+// Header-only, so that selection and the unit tests see the same code in every build.
 #pragma once
 
 #include <cstdint>
 
 #include "pagedattn/attention.h"
+#include "src/cuda/common/launch_args.h"  // fill_attention_params
 
 namespace pagedattn::cuda {
 
@@ -58,34 +60,6 @@ inline MmaCacheStrides mma_cache_strides(const KVCache& cache) {
       break;
   }
   return s;
-}
-
-/// Fill the fields every MMA kernel's parameter struct `P` has under the same names: query,
-/// output and LSE rows (pointers, token and head strides in elements; lse null when not
-/// requested), the cache base pointers, and the metadata (block table, seq_lens,
-/// query_start_loc) pointers and strides.
-template <class P>
-void fill_mma_common(P& p, const AttentionArgs& args) {
-  p.q = args.query.data;
-  p.q_tok = args.query.strides[0];
-  p.q_head = args.query.strides[1];
-  p.out = args.out.data;
-  p.o_tok = args.out.strides[0];
-  p.o_head = args.out.strides[1];
-  if (args.lse.defined()) {
-    p.lse = static_cast<float*>(args.lse.data);
-    p.l_tok = args.lse.strides[0];
-    p.l_head = args.lse.strides[1];
-  }
-  p.k = args.cache.key.data;
-  p.v = args.cache.value.data;
-  p.block_table = static_cast<const int*>(args.block_table.data);
-  p.bt_seq = args.block_table.strides[0];
-  p.bt_blk = static_cast<decltype(p.bt_blk)>(args.block_table.strides[1]);
-  p.seq_lens = static_cast<const int*>(args.seq_lens.data);
-  p.sl_stride = args.seq_lens.strides[0];
-  p.qsl = static_cast<const int*>(args.query_start_loc.data);
-  p.qsl_stride = args.query_start_loc.strides[0];
 }
 
 }  // namespace pagedattn::cuda

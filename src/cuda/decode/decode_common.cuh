@@ -12,9 +12,9 @@
 #include <cstdint>
 
 #include "src/cuda/common/cuda_common.cuh"
-#include "src/cuda/decode/decode_split.h"
 #include "src/cuda/common/fast_div.h"
 #include "src/cuda/common/mma_common.cuh"
+#include "src/cuda/decode/decode_split.h"
 
 namespace pagedattn::cuda::decode {
 

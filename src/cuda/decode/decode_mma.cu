@@ -10,12 +10,12 @@
 #include <mutex>
 
 #include "src/cuda/common/cuda_common.cuh"
-#include "src/cuda/decode/decode_common.cuh"
-#include "src/cuda/decode/decode_mma.h"
-#include "src/cuda/decode/decode_split.h"
 #include "src/cuda/common/fast_div.h"
 #include "src/cuda/common/mma_args.h"
 #include "src/cuda/common/mma_common.cuh"
+#include "src/cuda/decode/decode_common.cuh"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_split.h"
 
 namespace pagedattn::cuda {
 
@@ -783,7 +783,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   const int chunk_tokens = config.chunk_tokens;
   const int num_splits = config.num_splits;
   DecodeParams p{};
-  fill_mma_common(p, args);
+  fill_attention_params(p, args);
   // Byte strides (decode_mma_aligned_strides: element strides in [0, 2^31), so twice fits in
   // 32 unsigned bits); the values' chunk stride is not needed (nhd/hnd: 16 bytes).
   const MmaCacheStrides cs = mma_cache_strides(args.cache);
@@ -816,16 +816,6 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   p.block_size = block_size;
   p.scale = args.params.scale;
   p.scale_log2 = args.params.scale * kLog2e;
-  p.softcap = args.params.softcap;
-  p.window = args.params.sliding_window;
-  if (args.params.alibi_slopes.defined()) {
-    p.alibi = static_cast<const float*>(args.params.alibi_slopes.data);
-    p.alibi_stride = args.params.alibi_slopes.strides[0];
-  }
-  if (args.params.sinks.defined()) {
-    p.sinks = static_cast<const float*>(args.params.sinks.data);
-    p.sinks_stride = args.params.sinks.strides[0];
-  }
   p.chunk = chunk_tokens;
   p.max_splits = num_splits;
   const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/common/mma_args.h"
+#include "src/cuda/decode/decode_mma.h"
 
 namespace pagedattn::cuda {
 

@@ -27,9 +27,9 @@
 #include <cstdint>
 
 #include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/common/mma_common.cuh"
 #include "src/cuda/decode/decode_common.cuh"
 #include "src/cuda/decode/decode_mma.h"
-#include "src/cuda/common/mma_common.cuh"
 
 namespace pagedattn::cuda::decode {
 

@@ -507,7 +507,7 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
                                                 " row tiles exceed the grid limit");
   const KVCache& c = args.cache;
   PrefillParams p{};
-  fill_mma_common(p, args);
+  fill_attention_params(p, args);
   const MmaCacheStrides cs = mma_cache_strides(c);
   p.k_blk = cs.k_blk; p.k_head = cs.k_head; p.k_tok = cs.k_tok; p.k_chunk = cs.k_chunk;
   p.v_blk = cs.v_blk; p.v_head = cs.v_head; p.v_tok = cs.v_tok; p.v_chunk = cs.v_chunk;
@@ -520,21 +520,11 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
   p.num_seqs = num_seqs;
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;
-  p.window = args.params.sliding_window;
   const float scale = args.params.scale;
   p.scale_log2 = scale * kLog2e;
-  p.softcap = args.params.softcap;
   if (p.softcap > 0.f) {
     p.cap_arg = scale / p.softcap;
     p.cap_log2 = p.softcap * kLog2e;
-  }
-  if (args.params.alibi_slopes.defined()) {
-    p.alibi = static_cast<const float*>(args.params.alibi_slopes.data);
-    p.alibi_stride = args.params.alibi_slopes.strides[0];
-  }
-  if (args.params.sinks.defined()) {
-    p.sinks = static_cast<const float*>(args.params.sinks.data);
-    p.sinks_stride = args.params.sinks.strides[0];
   }
   int* tile_start = static_cast<int*>(workspace);
   p.tile_start = tile_start;

@@ -31,8 +31,8 @@
 #include "pagedattn/attention.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
-#include "src/cuda/tiled/cuda_config.h"
 #include "src/cuda/common/mma_args.h"
+#include "src/cuda/tiled/cuda_config.h"
 
 namespace pagedattn::cuda {
 

@@ -24,8 +24,8 @@
 
 #include <cstdint>
 
-#include "src/cuda/tiled/attention_params.h"
 #include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/tiled/attention_params.h"
 
 namespace pagedattn::cuda {
 
@@ -61,7 +61,7 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, bool is_key, std:
   const int upr = p.head_size / ue;
   const int items = rows * upr;
   const bool t_fast = p.layout == kLayoutSplit;
-  const unsigned char* base = static_cast<const unsigned char*>(is_key ? p.kc : p.vc);
+  const unsigned char* base = static_cast<const unsigned char*>(is_key ? p.k : p.v);
   const int nt = static_cast<int>(blockDim.x);
   if (unit > 0) {
     for (int i = threadIdx.x; i < items; i += nt) {
@@ -69,7 +69,7 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, bool is_key, std:
       const std::int64_t j = j0 + u.t;
       BlockPos bp{-1, 0};
       if (u.t < p.tile_tokens && j >= klo && j < khi)
-        bp = lookup_block(bt_row, p.bt1, p.bt_width, j, p.block_size, p.num_blocks);
+        bp = lookup_block(bt_row, p.bt_blk, p.bt_width, j, p.block_size, p.num_blocks);
       unsigned char* d = dst + u.t * row_bytes + u.d * ES;
       if (bp.block >= 0) {
         const std::int64_t e =
@@ -104,7 +104,7 @@ __device__ __forceinline__ void load_tile(const AttnParams& p, bool is_key, std:
         off[b] = u.t * row_bytes + u.d * ES;
         const std::int64_t j = j0 + u.t;
         if (u.t < p.tile_tokens && j >= klo && j < khi) {
-          const BlockPos bp = lookup_block(bt_row, p.bt1, p.bt_width, j, p.block_size, p.num_blocks);
+          const BlockPos bp = lookup_block(bt_row, p.bt_blk, p.bt_width, j, p.block_size, p.num_blocks);
           if (bp.block >= 0) {
             const std::int64_t e =
                 is_key ? key_offset(p.layout, p.x, p.ks, bp.block, bp.offset, kvh, u.d)
@@ -154,15 +154,15 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
   if (tile >= ts[p.num_seqs]) return;  // uniform
   const int seq = tile_sequence(ts, p.num_seqs, tile);
   const std::int64_t r = tile - ts[seq];
-  const std::int64_t q_begin = p.qsl[seq * p.qsl0];
-  const std::int64_t q_end = p.qsl[(seq + 1) * p.qsl0];
-  const std::int64_t seq_len = p.seq_lens[seq * p.sl0];
+  const std::int64_t q_begin = p.qsl[seq * p.qsl_stride];
+  const std::int64_t q_end = p.qsl[(seq + 1) * p.qsl_stride];
+  const std::int64_t seq_len = p.seq_lens[seq * p.sl_stride];
   const std::int64_t ctx = seq_len - (q_end - q_begin);
   const std::int64_t tok0 = q_begin + r * p.q_tokens;
   std::int64_t tok_end = tok0 + p.q_tokens;
   if (tok_end > q_end) tok_end = q_end;
   if (tok_end > p.num_tokens) tok_end = p.num_tokens;
-  const std::int32_t* bt_row = p.block_table + seq * p.bt0;
+  const std::int32_t* bt_row = p.block_table + seq * p.bt_seq;
   const int D = p.head_size;
   const int T4 = p.tile_rows;
   const int rows = p.rows;
@@ -179,9 +179,9 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
         tokrow = static_cast<int>(t);
         head = kvh * p.gqa + rm.head_in;
         qpos = static_cast<int>(ctx + (t - q_begin));
-        if (p.alibi) slope = p.alibi[head * p.alibi0];
+        if (p.alibi) slope = p.alibi[head * p.alibi_stride];
         if (p.sinks && split == 0) {
-          rmax = p.sinks[head * p.sinks0];
+          rmax = p.sinks[head * p.sinks_stride];
           // e^(sink - max): 1 at the start, but 0 for a sink of -inf (no sink), which must
           // not give a split 0 without keys the weight of a logit 0 in the merge.
           rsum = rmax == -INFINITY ? 0.f : 1.f;
@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
     float v = 0.f;
     const int tr = sTok[m];
     if (tr >= 0 && d < D)
-      v = to_float<Q>(static_cast<const Q*>(p.q)[static_cast<std::int64_t>(tr) * p.q0 +
-                                                  static_cast<std::int64_t>(sHead[m]) * p.q1 + d]);
+      v = to_float<Q>(static_cast<const Q*>(p.q)[static_cast<std::int64_t>(tr) * p.q_tok +
+                                                  static_cast<std::int64_t>(sHead[m]) * p.q_head + d]);
     sQ[i] = v;
   }
   // ---- the bytes between head_size and the next 16-byte boundary of each key row (fp8 with
@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
     const std::int64_t tr = sTok[m];
     const std::int64_t head = sHead[m];
     if (p.num_splits == 1) {
-      Q* o = static_cast<Q*>(p.out) + tr * p.o0 + head * p.o1;
+      Q* o = static_cast<Q*>(p.out) + tr * p.o_tok + head * p.o_head;
 #pragma unroll
       for (int j = 0; j < KP; ++j) {
         const int pair = lane + 32 * j;
@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
           store_rounded<Q>(o + 2 * pair + 1, acc[k][j].y * inv);
         }
       }
-      if (p.lse && lane == 0) p.lse[tr * p.l0 + head * p.l1] = lse;
+      if (p.lse && lane == 0) p.lse[tr * p.l_tok + head * p.l_head] = lse;
     } else {
       const std::int64_t idx = (static_cast<std::int64_t>(split) * p.num_tokens + tr) * p.num_heads + head;
       float* po = p.part_out + idx * D;
@@ -417,12 +417,15 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
   }
 }
 
-/// Launch one instantiation (defined in the attention_inst_*.cu files).
+/// Launch one instantiation (defined in the attention_inst_*.cu files). `smem_optin`: the
+/// device's opt-in shared-memory limit per block, which the caller has checked p.smem.total
+/// against.
 template <class Q, int KV>
-cudaError_t launch_tiled(const AttnParams& p, int kp, int mmax, dim3 grid, cudaStream_t stream);
+cudaError_t launch_tiled(const AttnParams& p, int kp, int mmax, dim3 grid, int smem_optin,
+                         cudaStream_t stream);
 
 template <class Q, int KV, int KP, int MMAX>
-cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, int smem_optin, cudaStream_t stream) {
   auto kernel = tiled_attention_kernel<Q, KV, KP, MMAX>;
   const int smem = p.smem.total;
   if (smem > 48 * 1024) {
@@ -432,13 +435,8 @@ cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, cudaStream_t stream
     // launch (cudaErrorInvalidValue). One value for every call of a device, its opt-in limit
     // (the kernel has no static shared memory), removes the race; run_attention has checked
     // smem <= that limit.
-    int device = 0, optin = 0;
-    cudaError_t e = cudaGetDevice(&device);
-    if (e == cudaSuccess)
-      e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (e != cudaSuccess) return e;
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             optin > smem ? optin : smem);
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               smem_optin > smem ? smem_optin : smem);
     if (e != cudaSuccess) return e;
   }
   kernel<<<grid, kTiledThreads, smem, stream>>>(p);
@@ -448,20 +446,21 @@ cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, cudaStream_t stream
 #define PAGEDATTN_DEFINE_LAUNCH_TILED(QTYPE, KVKIND)                                            \
   template <>                                                                                   \
   cudaError_t launch_tiled<QTYPE, KVKIND>(const AttnParams& p, int kp, int mmax, dim3 grid,     \
-                                          cudaStream_t stream) {                                \
+                                          int smem_optin, cudaStream_t stream) {                \
+    const int o = smem_optin;                                                                   \
     switch (kp) {                                                                               \
       case 1:                                                                                   \
-        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 1, 16>(p, grid, stream)              \
-                          : launch_tiled_one<QTYPE, KVKIND, 1, 64>(p, grid, stream);             \
+        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 1, 16>(p, grid, o, stream)           \
+                          : launch_tiled_one<QTYPE, KVKIND, 1, 64>(p, grid, o, stream);          \
       case 2:                                                                                   \
-        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 2, 16>(p, grid, stream)              \
-                          : launch_tiled_one<QTYPE, KVKIND, 2, 64>(p, grid, stream);             \
+        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 2, 16>(p, grid, o, stream)           \
+                          : launch_tiled_one<QTYPE, KVKIND, 2, 64>(p, grid, o, stream);          \
       case 3:                                                                                   \
-        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 3, 16>(p, grid, stream)              \
-                          : launch_tiled_one<QTYPE, KVKIND, 3, 32>(p, grid, stream);             \
+        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 3, 16>(p, grid, o, stream)           \
+                          : launch_tiled_one<QTYPE, KVKIND, 3, 32>(p, grid, o, stream);          \
       case 4:                                                                                   \
-        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 4, 16>(p, grid, stream)              \
-                          : launch_tiled_one<QTYPE, KVKIND, 4, 32>(p, grid, stream);             \
+        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 4, 16>(p, grid, o, stream)           \
+                          : launch_tiled_one<QTYPE, KVKIND, 4, 32>(p, grid, o, stream);          \
       default: return cudaErrorInvalidValue;                                                    \
     }                                                                                           \
   }

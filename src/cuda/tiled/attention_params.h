@@ -1,5 +1,7 @@
 // Kernel parameters of the CUDA tiled attention kernel. Plain data, no CUDA types, so that the
-// host launcher fills it and host unit tests can reason about it.
+// host launcher fills it and host unit tests can reason about it. The fields every attention
+// kernel has carry the names of the MMA kernels' structs (fill_attention_params,
+// launch_args.h).
 #pragma once
 
 #include <cstdint>
@@ -12,14 +14,14 @@ namespace pagedattn::cuda {
 struct AttnParams {
   // activations (strides in elements; the last dimension is contiguous)
   const void* q;
-  std::int64_t q0, q1;
+  std::int64_t q_tok, q_head;
   void* out;
-  std::int64_t o0, o1;
+  std::int64_t o_tok, o_head;
   float* lse;  // null = not requested
-  std::int64_t l0, l1;
+  std::int64_t l_tok, l_head;
   // cache
-  const void* kc;
-  const void* vc;
+  const void* k;
+  const void* v;
   Strides4 ks, vs;
   int layout;
   int x;
@@ -29,11 +31,11 @@ struct AttnParams {
   int v_unit;
   // metadata (device)
   const std::int32_t* block_table;
-  std::int64_t bt0, bt1, bt_width;
+  std::int64_t bt_seq, bt_blk, bt_width;
   const std::int32_t* seq_lens;
-  std::int64_t sl0;
+  std::int64_t sl_stride;
   const std::int32_t* qsl;
-  std::int64_t qsl0;
+  std::int64_t qsl_stride;
   int num_seqs;
   std::int64_t num_tokens;
   int num_heads;
@@ -45,9 +47,9 @@ struct AttnParams {
   float softcap;      // 0 = off
   int window;         // 0 = off
   const float* alibi;  // null = off
-  std::int64_t alibi0;
+  std::int64_t alibi_stride;
   const float* sinks;  // null = off
-  std::int64_t sinks0;
+  std::int64_t sinks_stride;
   // launch configuration (TiledConfig)
   int heads_per_cta;
   int head_groups;

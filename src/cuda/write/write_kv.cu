@@ -9,9 +9,10 @@
 //    (padded pages of hybrid models, permuted strides);
 //  - same-dtype caches store the input's bits; fp8 caches store fp8(x / scale) through
 //    numeric.h, bitwise equal to the CPU writer. All offsets are int64.
-#include "src/cuda/common/cache_index.h"
 #include "src/cuda/backend/cuda_backend.h"
+#include "src/cuda/common/cache_index.h"
 #include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/common/launch_args.h"
 
 namespace pagedattn::cuda {
 
@@ -157,12 +158,6 @@ cudaError_t launch_for_source(const WriteParams& p, DType cache_dtype, bool nati
   }
 }
 
-Strides4 strides4(const TensorView& t) {
-  Strides4 s{};
-  for (int d = 0; d < 4; ++d) s.s[d] = d < t.ndim ? t.strides[d] : 0;
-  return s;
-}
-
 }  // namespace
 
 Status write_kv(const TensorView& key, const TensorView& value, const TensorView& slot_mapping,
@@ -184,12 +179,7 @@ Status write_kv(const TensorView& key, const TensorView& value, const TensorView
   p.slot64 = slot_mapping.dtype == DType::kInt64 ? 1 : 0;
   p.kc = cache.key.data;
   p.vc = cache.value.data;
-  p.ks = strides4(cache.key);
-  p.vs = strides4(cache.value);
-  p.layout = static_cast<int>(cache.layout);
-  p.x = geometry.x > 0 ? geometry.x : 1;
-  p.num_blocks = geometry.num_blocks;
-  p.block_size = geometry.block_size;
+  fill_cache_geometry(p, cache, geometry);
   p.num_kv_heads = geometry.num_kv_heads;
   p.head_size = geometry.head_size;
   p.k_scale = is_fp8(geometry.dtype) ? cache.k_scale : 1.0f;
