@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
 
 namespace pagedattn::bench {
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "bench/bench_support.h"
 #include "bench/workloads.h"
 #include "pagedattn/select.h"
-#include "src/cuda/bench_support.h"
 
 namespace pagedattn::bench {
 

@@ -29,7 +29,7 @@ loudly (ValueError) when a kernel has changed under them.
 import sys,re
 small = sys.argv[1] == "--small"
 tree = sys.argv[2] if small else sys.argv[1]
-p = tree + ('/src/cuda/decode_small.cu' if small else '/src/cuda/decode_mma.cu')
+p = tree + ('/src/cuda/decode/decode_small.cu' if small else '/src/cuda/decode/decode_mma.cu')
 s=open(p).read()
 def replace_once(old, new):
     global s

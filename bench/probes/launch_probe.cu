@@ -12,10 +12,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "bench/probes/probe_check.h"
 #include "bench/runner.h"
-#include "src/cuda/bench_support.h"
-#include "src/cuda/cuda_common.cuh"
+#include "src/cuda/common/cuda_common.cuh"
 
 namespace {
 

@@ -24,10 +24,10 @@
 #include <set>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "bench/probes/probe_check.h"
 #include "bench/runner.h"
-#include "src/cuda/bench_support.h"
-#include "src/cuda/decode_common.cuh"
+#include "src/cuda/decode/decode_common.cuh"
 
 namespace {
 

@@ -119,7 +119,7 @@ Result<AttentionPlan> plan_attention(const AttentionArgs& args, const HostMetada
 /// graph of a decode step replayed at later steps, with block tables covering the new
 /// lengths): the kernels read the lengths on the device and cover every key with the plan's
 /// split sizes, the decode fast path putting the remainder on each sequence's last split
-/// (src/cuda/decode_split.h) so that it never leaves its workspace. `workspace` must
+/// (src/cuda/decode/decode_split.h) so that it never leaves its workspace. `workspace` must
 /// hold plan.workspace_bytes() bytes on the plan's device, at an address that is a multiple
 /// of kWorkspaceAlignment (kInvalidArgument otherwise); it may be null when that is 0.
 /// CUDA: asynchronous on `stream` (a stream of the tensors' device), no allocation, no host

@@ -11,7 +11,7 @@
 #include "src/core/internal.h"
 #include "src/core/validate.h"
 #include "src/cpu/cpu_backend.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
 
 namespace pagedattn {
 

@@ -1,6 +1,7 @@
-// The serving loop of `pagedattn run`: block allocator, token-budget scheduler with chunked
-// prefill, and the replay that drives write_kv + plan/run attention step by step and checks
-// the results against the oracle.
+// The replay of `pagedattn run`: drives write_kv + plan/run attention step by step over the
+// scheduler's batches and checks the results against the oracle. The block allocator
+// (allocator.cpp), the scheduler (scheduler.cpp) and the presets and flag values
+// (presets.cpp) are their own files.
 #include "src/serving/replay.h"
 
 #include <algorithm>
@@ -22,47 +23,26 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/core/numeric.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
+#include "src/serving/serving_util.h"
+#include "src/serving/step_buffer.h"
+#include "src/testing/fill.h"
 #include "src/testing/harness.h"
 
 namespace pagedattn::serving {
 namespace {
 
-constexpr std::int64_t kMaxInt32 = std::numeric_limits<std::int32_t>::max();
-
-Status invalid(std::string message) {
-  return Status(StatusCode::kInvalidArgument, std::move(message));
-}
-Status internal(std::string message) { return Status(StatusCode::kInternal, std::move(message)); }
-
-// A library call failed inside a step: keep its code (kDeviceUnavailable must stay exit 3) and
-// say where it happened.
-Status in_step(std::int64_t step, const char* what, const Status& status) {
-  return Status(status.code(), fmt::format("step {}: {}: {}", step, what, status.message()));
-}
-
-// ---- deterministic pseudo-random numbers (portable: no std distributions) ----
-
-constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-// SplitMix64 finaliser: a bijective 64-bit mix.
-std::uint64_t mix64(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// SplitMix64 generator for the free-list permutation and the row samples.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(mix64(seed ^ 0x5EEDull)) {}
-  std::uint64_t next() { return mix64(state_ += kGolden); }
-  // Uniform in [0, n), n >= 1 (modulo bias below 2^-40 for the sizes used here).
-  std::uint64_t below(std::uint64_t n) { return next() % n; }
-
- private:
-  std::uint64_t state_;
-};
+using detail::DeviceMemory;
+using detail::in_step;
+using detail::internal;
+using detail::invalid;
+using detail::kMaxInt32;
+using detail::StepBuffer;
+using testing::fill_pattern;
+using testing::kGolden;
+using testing::mix64;
+using testing::poison_element;
+using testing::SplitMix64;
 
 // Q/K/V values are a pure function of (seed, stream, request, position, element): the K/V a
 // request writes for a position are the same whichever step writes them, and the finish-time
@@ -88,76 +68,9 @@ void fill_row(void* base, DType dtype, std::int64_t offset, std::uint64_t key, s
   }
 }
 
-// Bytes of one NaN element of `dtype` (the poison pattern for unused memory, DESIGN.md §2).
-std::vector<unsigned char> nan_pattern(DType dtype) {
-  std::vector<unsigned char> bytes(dtype_size(dtype));
-  numeric::store_from_float(bytes.data(), dtype, 0, std::numeric_limits<float>::quiet_NaN());
-  return bytes;
-}
-
-void fill_pattern(unsigned char* dst, std::size_t bytes,
-                  const std::vector<unsigned char>& pattern) {
-  const std::size_t es = pattern.size();
-  for (std::size_t i = 0; i + es <= bytes; i += es) std::memcpy(dst + i, pattern.data(), es);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// ---- device memory ----
-
-// Owner of one CUDA allocation that grows on demand (per-step tensors keep their capacity).
-class DeviceMemory {
- public:
-  DeviceMemory() = default;
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  ~DeviceMemory() { release(); }
-
-  Status reserve(std::size_t bytes) {
-    if (bytes <= capacity_ && ptr_ != nullptr) return Status::Ok();
-    release();
-    Result<void*> ptr = cuda::device_malloc(std::max<std::size_t>(bytes, 1));
-    if (!ptr.ok()) return ptr.status();
-    ptr_ = *ptr;
-    capacity_ = std::max<std::size_t>(bytes, 1);
-    return Status::Ok();
-  }
-  void* get() const { return ptr_; }
-
- private:
-  void release() {
-    if (ptr_ != nullptr) cuda::device_free(ptr_);
-    ptr_ = nullptr;
-    capacity_ = 0;
-  }
-  void* ptr_ = nullptr;
-  std::size_t capacity_ = 0;
-};
-
-// A per-step tensor: host bytes, plus a device copy when the replay runs on CUDA.
-struct StepBuffer {
-  std::vector<unsigned char> host;
-  DeviceMemory device;
-
-  void resize(std::size_t bytes) { host.resize(bytes); }
-  // The memory the compute device reads: the host bytes on the CPU, the device copy on CUDA.
-  Status upload(bool on_cuda) {
-    if (!on_cuda || host.empty()) return Status::Ok();
-    PAGEDATTN_RETURN_IF_ERROR(device.reserve(host.size()));
-    return cuda::copy_to_device(device.get(), host.data(), host.size());
-  }
-  Status download(bool on_cuda) {
-    if (!on_cuda || host.empty()) return Status::Ok();
-    return cuda::copy_to_host(host.data(), device.get(), host.size());
-  }
-  void* data(bool on_cuda) { return on_cuda ? device.get() : host.data(); }
-  template <class T>
-  T* as() {
-    return reinterpret_cast<T*>(host.data());
-  }
-};
 
 // Element offset of (block, offset in block, kv head, dim) in a cache tensor of `layout`,
 // from the tensor's own strides (so padded pages are addressed as the kernels must).
@@ -178,307 +91,6 @@ std::int64_t cache_offset(const TensorView& t, KVLayout layout, bool is_key, std
   }
   return 0;
 }
-
-}  // namespace
-
-// ============================================================================== presets
-
-const std::vector<ModelPreset>& model_presets() {
-  static const std::vector<ModelPreset> presets = {
-      {"llama-3.2-1b", 32, 8, 64, 16, 0, "Llama 3.2 1B: 32 query / 8 KV heads, head 64, block 16"},
-      {"llama-3.1-8b", 32, 8, 128, 16, 0,
-       "Llama 3.1 8B: 32 query / 8 KV heads, head 128, block 16"},
-      // Hybrid attention/Mamba models (Jamba) share one page size between attention blocks and
-      // Mamba state, so attention blocks are large (vLLM uses 2048 for Jamba) and pages carry
-      // padding: the block stride exceeds the block's elements. 4096 padding elements keep
-      // every block 16-byte aligned for every dtype (fp8 included).
-      {"jamba-hybrid", 32, 8, 128, 2048, 4096,
-       "Jamba-style hybrid layer: 32 query / 8 KV heads, head 128, block 2048, pages padded by "
-       "4096 elements"},
-  };
-  return presets;
-}
-
-Result<ModelPreset> find_model_preset(const std::string& name) {
-  std::string names;
-  for (const ModelPreset& p : model_presets()) {
-    if (p.name == name) return p;
-    names += fmt::format("{}{}", names.empty() ? "" : ", ", p.name);
-  }
-  return invalid(fmt::format("--model '{}': expected one of {}", name, names));
-}
-
-const char* to_string(DeviceChoice choice) {
-  switch (choice) {
-    case DeviceChoice::kAuto: return "auto";
-    case DeviceChoice::kCPU: return "cpu";
-    case DeviceChoice::kCUDA: return "cuda";
-  }
-  return "unknown";
-}
-
-Result<DeviceChoice> parse_device_choice(const std::string& name) {
-  if (name == "auto") return DeviceChoice::kAuto;
-  if (name == "cpu") return DeviceChoice::kCPU;
-  // cuda:0 as verify and explain spell it; the replay runs on device 0 only.
-  if (name == "cuda" || name == "cuda:0") return DeviceChoice::kCUDA;
-  if (name.rfind("cuda:", 0) == 0)
-    return invalid(fmt::format("--device '{}': the replay runs on cuda:0 only", name));
-  return invalid(fmt::format("--device '{}': expected cpu, cuda, cuda:0 or auto", name));
-}
-
-Result<std::optional<DType>> parse_kv_dtype(const std::string& name) {
-  if (name == "auto") return std::optional<DType>();
-  if (name == "fp8_e4m3") return std::optional<DType>(DType::kFloat8E4M3);
-  if (name == "fp8_e5m2") return std::optional<DType>(DType::kFloat8E5M2);
-  return invalid(fmt::format("--kv-dtype '{}': expected auto, fp8_e4m3 or fp8_e5m2", name));
-}
-
-const char* to_string(FaultInjection fault) {
-  switch (fault) {
-    case FaultInjection::kNone: return "none";
-    case FaultInjection::kOutput: return "output";
-    case FaultInjection::kCache: return "cache";
-  }
-  return "unknown";
-}
-
-Result<FaultInjection> parse_fault_injection(const std::string& name) {
-  if (name == "none") return FaultInjection::kNone;
-  if (name == "output") return FaultInjection::kOutput;
-  if (name == "cache") return FaultInjection::kCache;
-  return invalid(fmt::format("--inject-fault '{}': expected none, output or cache", name));
-}
-
-// ============================================================================== allocator
-
-Result<BlockAllocator> BlockAllocator::create(std::int64_t num_blocks, std::uint64_t seed) {
-  if (num_blocks < 1 || num_blocks > kMaxInt32) {
-    return invalid(fmt::format("block pool: num_blocks = {}: expected 1 .. {}", num_blocks,
-                               kMaxInt32));
-  }
-  BlockAllocator a;
-  a.ring_.resize(static_cast<std::size_t>(num_blocks));
-  std::iota(a.ring_.begin(), a.ring_.end(), 0);
-  // Fisher-Yates with our own generator: the same permutation on every platform.
-  Rng rng(seed);
-  for (std::int64_t i = num_blocks - 1; i > 0; --i) {
-    const auto j = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(i + 1)));
-    std::swap(a.ring_[i], a.ring_[j]);
-  }
-  a.in_use_.assign(static_cast<std::size_t>(num_blocks), 0);
-  return a;
-}
-
-Result<std::int32_t> BlockAllocator::allocate() {
-  if (num_free() == 0) {
-    return invalid(fmt::format("out of KV-cache blocks: all {} in use", num_blocks()));
-  }
-  const std::int32_t block = ring_[head_];
-  head_ = (head_ + 1) % num_blocks();
-  in_use_[block] = 1;
-  ++num_used_;
-  peak_used_ = std::max(peak_used_, num_used_);
-  return block;
-}
-
-Status BlockAllocator::free(std::int32_t block) {
-  if (block < 0 || block >= num_blocks()) {
-    return invalid(fmt::format("free: block {} is outside the pool [0, {})", block, num_blocks()));
-  }
-  if (!in_use_[block]) return invalid(fmt::format("free: block {} is not allocated", block));
-  // The free ids occupy ring_[head_ .. head_ + num_free()) (mod size); the slot after them is
-  // the back of the queue.
-  ring_[(head_ + num_free()) % num_blocks()] = block;
-  in_use_[block] = 0;
-  --num_used_;
-  return Status::Ok();
-}
-
-bool BlockAllocator::is_allocated(std::int32_t block) const {
-  return block >= 0 && block < num_blocks() && in_use_[block] != 0;
-}
-
-// ============================================================================== scheduler
-
-Result<Scheduler> Scheduler::create(const SchedulerConfig& config,
-                                    std::vector<RequestSpec> requests, BlockAllocator* allocator) {
-  if (allocator == nullptr) return invalid("scheduler: allocator is null");
-  if (config.token_budget < 1 || config.token_budget > kMaxInt32) {
-    return invalid(fmt::format("--token-budget {}: expected 1 .. {}", config.token_budget,
-                               kMaxInt32));
-  }
-  if (config.max_seqs < 1) {
-    return invalid(fmt::format("--max-seqs {}: expected >= 1", config.max_seqs));
-  }
-  if (config.block_size < 1) {
-    return invalid(fmt::format("--block-size {}: expected >= 1", config.block_size));
-  }
-  Scheduler s;
-  s.config_ = config;
-  s.allocator_ = allocator;
-  s.requests_.reserve(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const RequestSpec& spec = requests[i];
-    if (spec.prompt_tokens < 1 || spec.output_tokens < 1) {
-      return invalid(fmt::format("request {}: prompt {} / output {} tokens: both must be >= 1", i,
-                                 spec.prompt_tokens, spec.output_tokens));
-    }
-    if (spec.final_kv_tokens() > kMaxInt32) {
-      return invalid(fmt::format("request {}: {} KV tokens exceed the int32 seq_lens range", i,
-                                 spec.final_kv_tokens()));
-    }
-    const std::int64_t need = s.blocks_for(spec.final_kv_tokens());
-    if (need > allocator->num_blocks()) {
-      return invalid(fmt::format(
-          "{}: request {} (prompt {} + output {} tokens) needs {} blocks of {} "
-          "tokens and could never run; use at least {}",
-          config.pool_name.empty() ? fmt::format("--num-blocks {}", allocator->num_blocks())
-                                   : config.pool_name,
-          i, spec.prompt_tokens, spec.output_tokens, need, config.block_size, need));
-    }
-    RequestState state;
-    state.spec = spec;
-    s.requests_.push_back(std::move(state));
-  }
-  return s;
-}
-
-std::int64_t Scheduler::blocks_for(std::int64_t tokens) const {
-  return (tokens + config_.block_size - 1) / config_.block_size;
-}
-
-Status Scheduler::grow_blocks(RequestState& r, std::int64_t tokens) {
-  while (static_cast<std::int64_t>(r.blocks.size()) < blocks_for(tokens)) {
-    Result<std::int32_t> block = allocator_->allocate();
-    if (!block.ok()) {
-      return internal("scheduler: allocation failed despite admission control: " +
-                      block.status().message());
-    }
-    r.blocks.push_back(*block);
-  }
-  return Status::Ok();
-}
-
-bool Scheduler::finishes(const ScheduledSeq& seq) const {
-  const RequestState& r = requests_[seq.request];
-  if (seq.prefill) {
-    return seq.context_len + seq.query_len == r.spec.prompt_tokens && r.spec.output_tokens == 1;
-  }
-  return r.generated + 1 == r.spec.output_tokens;
-}
-
-Result<StepBatch> Scheduler::schedule() {
-  if (batch_outstanding_) return internal("scheduler: schedule() before complete()");
-  if (done()) return internal("scheduler: schedule() after every request finished");
-  StepBatch batch;
-  batch.step = next_step_;
-  std::int64_t budget = config_.token_budget;
-
-  // (1) Decodes first: they are latency-critical and cost one token each.
-  for (const std::int32_t id : running_) {
-    if (budget == 0) break;
-    RequestState& r = requests_[id];
-    if (r.phase != RequestPhase::kDecode) continue;
-    batch.seqs.push_back({id, r.computed, 1, false});
-    --budget;
-  }
-  // (2) Continue partial prefills, oldest first.
-  for (const std::int32_t id : running_) {
-    if (budget == 0) break;
-    RequestState& r = requests_[id];
-    if (r.phase != RequestPhase::kPrefill) continue;
-    const std::int64_t chunk = std::min(budget, r.spec.prompt_tokens - r.computed);
-    batch.seqs.push_back({id, r.computed, static_cast<std::int32_t>(chunk), true});
-    budget -= chunk;
-  }
-  // (3) Admit in arrival order. Stop at the first request that does not fit: admitting a
-  // later, smaller one would starve the head of the queue.
-  while (budget > 0 && next_waiting_ < num_requests() &&
-         num_running() < static_cast<std::int64_t>(config_.max_seqs)) {
-    const auto id = static_cast<std::int32_t>(next_waiting_);
-    RequestState& r = requests_[id];
-    const std::int64_t need = blocks_for(r.spec.final_kv_tokens());
-    if (reserved_blocks_ + need > allocator_->num_blocks()) {
-      batch.admission_blocked_by_memory = true;
-      break;
-    }
-    reserved_blocks_ += need;
-    r.phase = RequestPhase::kPrefill;
-    r.admitted_step = next_step_;
-    running_.push_back(id);
-    ++next_waiting_;
-    ++batch.num_admitted;
-    const std::int64_t chunk = std::min(budget, r.spec.prompt_tokens);
-    batch.seqs.push_back({id, 0, static_cast<std::int32_t>(chunk), true});
-    budget -= chunk;
-  }
-  peak_running_ = std::max(peak_running_, num_running());
-  if (batch.seqs.empty()) {
-    return internal(fmt::format("scheduler: step {} scheduled nothing ({} running, {} waiting)",
-                                next_step_, num_running(), num_waiting()));
-  }
-  // Blocks for the new tokens; reservation guarantees they exist.
-  for (const ScheduledSeq& seq : batch.seqs) {
-    PAGEDATTN_RETURN_IF_ERROR(grow_blocks(requests_[seq.request], seq.context_len + seq.query_len));
-    batch.num_tokens += seq.query_len;
-    (seq.prefill ? batch.num_prefill : batch.num_decode) += 1;
-  }
-  batch_outstanding_ = true;
-  ++next_step_;
-  return batch;
-}
-
-Result<StepOutcome> Scheduler::complete(const StepBatch& batch) {
-  if (!batch_outstanding_ || batch.step + 1 != next_step_) {
-    return internal(fmt::format("scheduler: complete() of step {} which is not outstanding",
-                                batch.step));
-  }
-  StepOutcome outcome;
-  for (const ScheduledSeq& seq : batch.seqs) {
-    RequestState& r = requests_[seq.request];
-    if (r.computed != seq.context_len) {
-      return internal(fmt::format("scheduler: request {} has {} tokens cached, batch says {}",
-                                  seq.request, r.computed, seq.context_len));
-    }
-    r.computed += seq.query_len;
-    if (seq.prefill) {
-      // The step that processes the last prompt token samples the first output token.
-      if (r.computed == r.spec.prompt_tokens) {
-        r.generated = 1;
-        r.phase = RequestPhase::kDecode;
-      }
-    } else {
-      ++r.generated;
-    }
-    if (r.generated == r.spec.output_tokens) {
-      r.phase = RequestPhase::kFinished;
-      r.finished_step = batch.step;
-      // Last block first: the tail of a sequence is the least likely to be shared, so it
-      // should be the first to be reused (vLLM frees in reverse order for the same reason).
-      for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) {
-        PAGEDATTN_RETURN_IF_ERROR(allocator_->free(*it));
-        outcome.freed_blocks.push_back(*it);
-      }
-      r.blocks.clear();
-      r.blocks.shrink_to_fit();
-      reserved_blocks_ -= blocks_for(r.spec.final_kv_tokens());
-      outcome.finished.push_back(seq.request);
-      ++num_finished_;
-    }
-  }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [&](std::int32_t id) {
-                                  return requests_[id].phase == RequestPhase::kFinished;
-                                }),
-                 running_.end());
-  batch_outstanding_ = false;
-  return outcome;
-}
-
-// ============================================================================== replay
-
-namespace {
 
 // The replay of one configuration: owns the cache, the per-step tensors and the statistics.
 class Replay {
@@ -695,7 +307,7 @@ Status Replay::setup() {
   // x / s and x * (1 / s) stay equal, so writer and checks agree bit for bit.
   const float k_scale = is_fp8(cache_dtype_) ? 0.5f : 1.0f;
   const float v_scale = is_fp8(cache_dtype_) ? 0.25f : 1.0f;
-  nan_ = nan_pattern(cache_dtype_);
+  nan_ = poison_element(cache_dtype_);
   host_k_.resize(cache_bytes);
   host_v_.resize(cache_bytes);
   fill_pattern(host_k_.data(), cache_bytes, nan_);
@@ -889,7 +501,8 @@ Status Replay::verify_rows(const StepBatch& batch) {
   const std::int64_t T = batch.num_tokens;
   const std::int32_t* qsl = qsl_.as<std::int32_t>();
   const std::int64_t n_want = std::min<std::int64_t>(config_.verify_rows, T);
-  Rng rng(sample_rng_seed_ ^ mix64(static_cast<std::uint64_t>(batch.step) + 1));
+  SplitMix64 rng =
+      detail::serving_rng(sample_rng_seed_ ^ mix64(static_cast<std::uint64_t>(batch.step) + 1));
 
   // ---- the sample: one decode row and one prefill row when the step has them (the two code
   // paths of a mixed batch), then uniformly random rows.
@@ -1087,7 +700,7 @@ Status Replay::run_step(const StepBatch& batch) {
     qsl[s + 1] = static_cast<std::int32_t>(row);
   }
   // Outputs start as NaN so that a row the kernel fails to write cannot pass.
-  fill_pattern(out_.host.data(), out_.host.size(), nan_pattern(dtype_));
+  fill_pattern(out_.host.data(), out_.host.size(), poison_element(dtype_));
   std::fill(lse_.as<float>(), lse_.as<float>() + T * H, std::numeric_limits<float>::quiet_NaN());
   for (StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
                         &seq_lens_, &qsl_}) {

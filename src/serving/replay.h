@@ -8,7 +8,7 @@
 // NaN, so that a kernel reading stale memory cannot pass).
 //
 // Device memory: on CUDA the cache, the step's tensors and the workspace live on the GPU
-// (src/cuda/cuda_backend.h helpers); the oracle and the cache check run on host copies of the
+// (src/cuda/backend/cuda_backend.h helpers); the oracle and the cache check run on host copies of the
 // outputs and of the cache blocks they need.
 #pragma once
 

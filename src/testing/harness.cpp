@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "src/core/numeric.h"
-#include "src/cuda/cuda_backend.h"
+#include "src/cuda/backend/cuda_backend.h"
+#include "src/testing/fill.h"
+#include "src/testing/guarded_buffer.h"
 
 namespace pagedattn::testing {
 
@@ -100,179 +102,13 @@ std::int64_t longest_row_keys(const CaseConfig& c) {
 namespace {
 
 // ------------------------------------------------------------------------ helpers
-/// splitmix64: a tiny generator whose sequence is the same on every platform and standard
-/// library (std::uniform_real_distribution is not), so a seed names the same inputs everywhere.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  /// Uniform in [lo, hi).
-  float uniform(float lo, float hi) {
-    const double u = static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0);
-    return static_cast<float>(lo + (hi - lo) * u);
-  }
-  /// Uniform integer in [0, n).
-  std::uint64_t below(std::uint64_t n) { return n ? next() % n : 0; }
-
- private:
-  std::uint64_t state_;
-};
-
-/// One element of a NaN bit pattern per dtype (DESIGN.md §2: memory the math does not use is
-/// filled with NaN). The payloads are unusual on purpose, so a check can also tell "untouched"
-/// from "overwritten by some other NaN".
-std::vector<std::uint8_t> poison_element(DType dtype) {
-  std::vector<std::uint8_t> e(dtype_size(dtype));
-  switch (dtype) {
-    case DType::kFloat32: {
-      const std::uint32_t v = 0x7FC5A5A5u;
-      std::memcpy(e.data(), &v, 4);
-      break;
-    }
-    case DType::kFloat16: {
-      const std::uint16_t v = 0x7E5Au;
-      std::memcpy(e.data(), &v, 2);
-      break;
-    }
-    case DType::kBFloat16: {
-      const std::uint16_t v = 0x7FDAu;
-      std::memcpy(e.data(), &v, 2);
-      break;
-    }
-    case DType::kFloat8E4M3:
-      e[0] = 0x7F;
-      break;  // e4m3fn NaN
-    case DType::kFloat8E5M2:
-      e[0] = 0xFF;
-      break;  // e5m2 NaN (exponent 31, mantissa 3)
-    default:
-      std::fill(e.begin(), e.end(), 0xA5);
-      break;
-  }
-  return e;
+/// The case's generator: its seed names the same inputs on every platform (fill.h).
+SplitMix64 case_rng(std::uint64_t seed) {
+  return SplitMix64(seed * kGolden + 0x632BE59BD9B4E019ull);
 }
 
-std::vector<std::uint8_t> poisoned_bytes(DType dtype, std::int64_t elements) {
-  const std::vector<std::uint8_t> e = poison_element(dtype);
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(elements) * e.size());
-  for (std::size_t i = 0; i < out.size(); i += e.size()) std::memcpy(&out[i], e.data(), e.size());
-  return out;
-}
-
-constexpr std::uint8_t kGuardByte = 0xC3;
-/// Guard bytes on each side of every buffer the library writes; a multiple of 16 so that the
-/// payload keeps the allocation's alignment.
-constexpr std::size_t kGuard = 64;
-
-/// Memory on the case's device with guard regions: `guard` bytes of kGuardByte before and after
-/// the payload, checked after the run (DESIGN.md §4 "guard regions around every buffer stay
-/// intact"). Inputs the library only reads get no guard, so that their last element ends the
-/// allocation (a read past it faults under compute-sanitizer / ASan).
-class Buffer {
- public:
-  Buffer() = default;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
-  Buffer& operator=(Buffer&& o) noexcept {
-    std::swap(device_, o.device_);
-    std::swap(host_, o.host_);
-    std::swap(dev_ptr_, o.dev_ptr_);
-    std::swap(bytes_, o.bytes_);
-    std::swap(guard_, o.guard_);
-    return *this;
-  }
-  ~Buffer() {
-    if (dev_ptr_) cuda::device_free(dev_ptr_);
-  }
-
-  /// Allocate and fill with `payload` (whose size is the payload size), guards around it.
-  static Result<Buffer> create(Device device, const std::vector<std::uint8_t>& payload,
-                               std::size_t guard) {
-    Buffer b;
-    b.device_ = device;
-    b.bytes_ = payload.size();
-    b.guard_ = guard;
-    // Built in place: caches of large blocks reach hundreds of MB, and every extra copy shows
-    // in the CPU suite's run time.
-    std::vector<std::uint8_t> full(payload.size() + 2 * guard, kGuardByte);
-    if (!payload.empty()) std::memcpy(full.data() + guard, payload.data(), payload.size());
-    if (device.type == DeviceType::kCPU) {
-      b.host_ = std::move(full);
-      return b;
-    }
-    // At least one byte, so that an empty tensor still has a distinct non-null address.
-    auto mem = cuda::device_malloc(std::max<std::size_t>(full.size(), 1), device.index);
-    if (!mem.ok()) return mem.status();
-    b.dev_ptr_ = *mem;
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(b.dev_ptr_, full.data(), full.size()));
-    return b;
-  }
-
-  void* data() {
-    std::uint8_t* base =
-        device_.type == DeviceType::kCPU ? host_.data() : static_cast<std::uint8_t*>(dev_ptr_);
-    return base + guard_;
-  }
-
-  /// Overwrite the payload (same size) with `payload`; guards stay as they are.
-  Status upload(const std::vector<std::uint8_t>& payload) {
-    if (payload.size() != bytes_) return Status(StatusCode::kInternal, "Buffer::upload: size");
-    if (bytes_ == 0) return Status::Ok();
-    if (device_.type == DeviceType::kCPU) {
-      std::memcpy(host_.data() + guard_, payload.data(), bytes_);
-      return Status::Ok();
-    }
-    return cuda::copy_to_device(static_cast<std::uint8_t*>(dev_ptr_) + guard_, payload.data(),
-                                bytes_);
-  }
-
-  /// Copy the payload back to the host.
-  Status download(std::vector<std::uint8_t>* payload) {
-    payload->resize(bytes_);
-    if (bytes_ == 0) return Status::Ok();
-    if (device_.type == DeviceType::kCPU) {
-      std::memcpy(payload->data(), host_.data() + guard_, bytes_);
-      return Status::Ok();
-    }
-    return cuda::copy_to_host(payload->data(), static_cast<std::uint8_t*>(dev_ptr_) + guard_,
-                              bytes_);
-  }
-
-  /// Empty string if both guard regions are intact, else where the first damage is.
-  Result<std::string> damaged_guard(const char* name) {
-    std::vector<std::uint8_t> before(guard_), after(guard_);
-    if (guard_ > 0) {
-      if (device_.type == DeviceType::kCPU) {
-        std::memcpy(before.data(), host_.data(), guard_);
-        std::memcpy(after.data(), host_.data() + guard_ + bytes_, guard_);
-      } else {
-        auto* base = static_cast<std::uint8_t*>(dev_ptr_);
-        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(before.data(), base, guard_));
-        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(after.data(), base + guard_ + bytes_, guard_));
-      }
-    }
-    for (std::size_t i = 0; i < guard_; ++i) {
-      if (before[i] != kGuardByte)
-        return fmt::format("{}: guard byte {} before the buffer was overwritten", name, guard_ - i);
-      if (after[i] != kGuardByte)
-        return fmt::format("{}: guard byte {} past the end of the buffer was overwritten", name, i);
-    }
-    return std::string();
-  }
-
- private:
-  Device device_{};
-  std::vector<std::uint8_t> host_;
-  void* dev_ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-  std::size_t guard_ = 0;
-};
+using detail::Buffer;
+using detail::kGuard;
 
 template <class T>
 std::vector<std::uint8_t> as_bytes(const std::vector<T>& v) {
@@ -490,7 +326,7 @@ CaseResult run_case_checked(const CaseConfig& c) {
     return r;
   };
 
-  Rng rng(c.seed);
+  SplitMix64 rng = case_rng(c.seed);
   const Device dev = c.device;
   const int num_seqs = static_cast<int>(c.seq_lens.size());
   const std::int64_t H = c.num_heads, KVH = c.num_kv_heads, D = c.head_size, BS = c.block_size;

@@ -15,8 +15,8 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/core/numeric.h"
-#include "src/cuda/cuda_backend.h"
-#include "src/cuda/cuda_config.h"
+#include "src/cuda/backend/cuda_backend.h"
+#include "src/cuda/tiled/cuda_config.h"
 
 namespace pagedattn::cudatest {
 

@@ -1,4 +1,4 @@
-// GPU tests of the tensor-core prefill kernel (src/cuda/prefill_mma.h). Every case asserts that
+// GPU tests of the tensor-core prefill kernel (src/cuda/prefill/prefill_mma.h). Every case asserts that
 // the plan routes the prefill rows to that kernel (KernelChoice::prefill_rows_mma), then checks
 // it against the oracle through the shared harness: NaN-poisoned cache memory (block tails,
 // unused blocks, page padding), random block tables from a larger pool, the query sized

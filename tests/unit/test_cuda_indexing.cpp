@@ -1,5 +1,5 @@
-// Host emulation of the CUDA kernels' index math (src/cuda/cache_index.h is compiled both for
-// the device and here) and of the tiled kernel's sizing (src/cuda/cuda_config.h): runs on any
+// Host emulation of the CUDA kernels' index math (src/cuda/common/cache_index.h is compiled both for
+// the device and here) and of the tiled kernel's sizing (src/cuda/tiled/cuda_config.h): runs on any
 // machine, GPU or not.
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
-#include "src/cuda/cache_index.h"
-#include "src/cuda/cuda_config.h"
+#include "src/cuda/common/cache_index.h"
+#include "src/cuda/tiled/cuda_config.h"
 
 namespace pagedattn::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// The split choice of the CUDA decode fast path (src/cuda/decode_mma.h): host code compiled in
+// The split choice of the CUDA decode fast path (src/cuda/decode/decode_mma.h): host code compiled in
 // every build, checked on a synthetic H200. The cuts of the benchmark workloads are pinned to
 // the ones measured in docs/performance.md, and random batches check the invariants the
 // kernels rely on: no sequence needs more splits than the workspace holds, the work-list bound
@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
-#include "src/cuda/cache_index.h"
-#include "src/cuda/decode_mma.h"
-#include "src/cuda/decode_split.h"
-#include "src/cuda/mma_args.h"
-#include "src/cuda/prefill_mma.h"
+#include "src/cuda/common/cache_index.h"
+#include "src/cuda/common/mma_args.h"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_split.h"
+#include "src/cuda/prefill/prefill_mma.h"
 #include "src/testing/harness.h"
 #include "tests/unit/synthetic_device.h"
 
@@ -507,7 +507,8 @@ TEST(MmaCacheStrides, AddressTheSameElementsAsTheTiledKernel) {
       }
 }
 
-// fill_mma_common copies every shared field, narrowing bt_blk to the struct's type.
+// fill_attention_params copies every shared field, narrowing bt_blk to the struct's type, and
+// leaves ALiBi and sinks null when they are absent.
 TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
   struct Params {
     const void *q, *k, *v;
@@ -517,6 +518,12 @@ TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
     const int *block_table, *seq_lens, *qsl;
     std::int64_t bt_seq, sl_stride, qsl_stride;
     int bt_blk;
+    float softcap = -1.0f;
+    int window = -1;
+    const float* alibi = nullptr;
+    std::int64_t alibi_stride = -1;
+    const float* sinks = nullptr;
+    std::int64_t sinks_stride = -1;
   };
   AttentionArgs a = nhd_args(0x10000000);
   a.query = TensorView::strided(a.query.data, DType::kBFloat16, {4, 32, 128}, {8192, 256, 1},
@@ -529,7 +536,7 @@ TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
                                           {5}, {2}, Device::cuda(0));
   Params p{};
   p.l_tok = p.l_head = -1;
-  fill_mma_common(p, a);
+  fill_attention_params(p, a);
   EXPECT_EQ(p.q, a.query.data);
   EXPECT_EQ(p.q_tok, 8192);
   EXPECT_EQ(p.q_head, 256);
@@ -547,12 +554,31 @@ TEST(MmaCacheStrides, CommonFieldsOfTheLaunchParameters) {
   EXPECT_EQ(p.sl_stride, 2);
   EXPECT_EQ(p.qsl, a.query_start_loc.data);
   EXPECT_EQ(p.qsl_stride, 2);
+  EXPECT_EQ(p.softcap, a.params.softcap);
+  EXPECT_EQ(p.window, a.params.sliding_window);
+  EXPECT_EQ(p.alibi, nullptr);  // absent: left alone
+  EXPECT_EQ(p.alibi_stride, -1);
+  EXPECT_EQ(p.sinks, nullptr);
+  EXPECT_EQ(p.sinks_stride, -1);
   std::vector<float> lse(4 * 32);
   a.lse = TensorView::strided(lse.data(), DType::kFloat32, {4, 32}, {64, 2}, Device::cuda(0));
-  fill_mma_common(p, a);
+  fill_attention_params(p, a);
   EXPECT_EQ(p.lse, lse.data());
   EXPECT_EQ(p.l_tok, 64);
   EXPECT_EQ(p.l_head, 2);
+  std::vector<float> slopes(64), sinks(32);
+  a.params.softcap = 30.0f;
+  a.params.sliding_window = 100;
+  a.params.alibi_slopes =
+      TensorView::strided(slopes.data(), DType::kFloat32, {32}, {2}, Device::cuda(0));
+  a.params.sinks = TensorView::strided(sinks.data(), DType::kFloat32, {32}, {1}, Device::cuda(0));
+  fill_attention_params(p, a);
+  EXPECT_EQ(p.softcap, 30.0f);
+  EXPECT_EQ(p.window, 100);
+  EXPECT_EQ(p.alibi, slopes.data());
+  EXPECT_EQ(p.alibi_stride, 2);
+  EXPECT_EQ(p.sinks, sinks.data());
+  EXPECT_EQ(p.sinks_stride, 1);
 }
 
 // Head 64 runs as pairs of KV heads (decode_mma_pairs_heads) exactly where two heads of a token

@@ -1,4 +1,4 @@
-// FastDiv (src/cuda/fast_div.h) must equal integer division for every dividend the decode
+// FastDiv (src/cuda/common/fast_div.h) must equal integer division for every dividend the decode
 // kernel can form (token positions < 2^31) and every block size.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "src/cuda/fast_div.h"
+#include "src/cuda/common/fast_div.h"
 
 namespace pagedattn::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// Selection of the CUDA tensor-core prefill kernel (src/cuda/prefill_mma.h): its support rules,
+// Selection of the CUDA tensor-core prefill kernel (src/cuda/prefill/prefill_mma.h): its support rules,
 // sizing and row-tile count are host code compiled in every build, and select_kernel is
 // checked on synthetic devices (an H200 and smaller shared-memory limits). No GPU needed;
 // without the CUDA backend select_kernel must answer "device unavailable".
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
-#include "src/cuda/prefill_mma.h"
+#include "src/cuda/prefill/prefill_mma.h"
 #include "tests/unit/synthetic_device.h"
 
 namespace pagedattn::cuda {

@@ -1,0 +1,318 @@
+// Host side of the CUDA attention backend: choose_config (the CUDA half of select_kernel),
+// plan_attention (sizes everything on the host; nothing is allocated at run time) and
+// run_attention (launches on the caller's stream, no host synchronisation, so it can be
+// captured in a graph): the decode fast path (src/cuda/decode/) for decode rows, the
+// tensor-core prefill kernel (src/cuda/prefill/) for prefill rows, and the tiled kernel
+// (src/cuda/tiled/: tile prefix sums, the kernel, the deterministic split merge) for
+// everything they do not take.
+#include <algorithm>
+#include <climits>
+#include <memory>
+
+#include "src/cuda/backend/cuda_backend.h"
+#include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/prefill/prefill_mma.h"
+#include "src/cuda/tiled/cuda_config.h"
+#include "src/cuda/tiled/tiled_launch.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+/// Backend data of a plan (AttentionPlan::State::backend).
+struct CudaPlan {
+  TiledConfig config;
+  std::int64_t total_tiles = 0;
+  TiledWorkspace workspace;
+  /// Decode fast path (KernelId::kCudaDecodeMMA): split size and grid split count. The tiled
+  /// configuration above is always planned too, so that run() can take the tiled path for
+  /// tensors whose base pointers turn out not to be 16-byte aligned.
+  bool decode_mma = false;
+  DecodeMmaConfig decode;
+  /// Mixed batch with decode rows on the fast path: tiles of the prefill rows only, and the
+  /// decode path's workspace offset (after the tiled path's).
+  bool mixed = false;
+  std::int64_t prefill_tiles = 0;
+  std::size_t decode_ws_offset = 0;
+  /// Tensor-core prefill kernel (KernelChoice::prefill_rows_mma): pipeline stages, and its
+  /// grid for the rows of sequences with query_len >= 2 (the decode rows on the decode fast
+  /// path) and with query_len >= 1 (every row: no decode fast path, or it cannot run this
+  /// call). Its row-tile prefix sums use the tiled workspace's tile_start slot (the tiled
+  /// kernel does not run in the same call).
+  bool prefill_mma = false;
+  int prefill_stages = 0;
+  std::int64_t prefill_mma_tiles = 0;
+  std::int64_t prefill_mma_all_tiles = 0;
+};
+
+}  // namespace
+
+Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
+                                   const PlanOptions& options) {
+  std::string why_not;
+  const std::int64_t smem = decode_mma_smem_bytes(problem.head_size);
+  bool fast = decode_mma_supported(problem, &why_not);
+  if (fast && smem > device_info.max_shared_memory_per_block) {
+    fast = false;
+    why_not = "shared memory limit below " + std::to_string(smem) + " bytes";
+  }
+  if (fast && options.tile_tokens > 0) {
+    fast = false;
+    why_not = "tile_tokens forced (the decode path's tile is fixed at 64)";
+  }
+  if (fast) {
+    KernelChoice c;
+    c.kernel = KernelId::kCudaDecodeMMA;
+    c.access = problem.access;
+    c.tile_tokens = kDecodeTileTokens;
+    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options.num_splits);
+    const int chunk = cut.chunk_tokens;
+    c.num_splits = cut.num_splits;
+    c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
+    c.threads_per_block = kDecodeThreads;
+    c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
+               " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
+               std::to_string(problem.gqa_ratio()) + " in the " +
+               (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
+               (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
+                                 "as one 256-byte row, their two query groups side by side in "
+                                 "the 8 columns); "
+                 : !decode_mma_pairs_heads(problem, decode_mma_heads_adjacent(problem)) ? ""
+                 : cut.small_kernel
+                     ? "KV heads not paired (the small-call kernel, which has no paired form); "
+                     : "KV heads not paired (paired, the call would take the small-call kernel, "
+                       "which has no paired form, or the device lacks shared memory for the "
+                       "head-128 stages); ") +
+               std::to_string(kDecodeStages) +
+               "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
+               std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
+               " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +
+               "), at most " + std::to_string(c.num_splits) + " per sequence";
+    return c;
+  }
+  std::string why_rows;
+  const bool rows_fast = problem.batch.num_prefill_seqs > 0 && options.num_splits == 0 &&
+                         options.tile_tokens == 0 && smem <= device_info.max_shared_memory_per_block &&
+                         decode_mma_rows_supported(problem, &why_rows);
+  PlanOptions tiled_options = options;
+  // Prefill rows: the tensor-core prefill kernel when it supports the problem. Forced tiles
+  // or splits keep the tiled kernel (tests use them to exercise it).
+  std::string why_prefill;
+  bool prefill_fast = false;
+  if (problem.batch.num_prefill_seqs > 0) {
+    if (options.tile_tokens > 0 || options.num_splits > 0)
+      why_prefill = "tile_tokens or num_splits forced (they configure the tiled kernel)";
+    else
+      prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
+                                           &why_prefill);
+  }
+  // The split merge would also visit decode rows; and a tiled kernel that is only the
+  // fallback of the prefill kernel should not size the workspace for splits.
+  if (rows_fast || prefill_fast) tiled_options.num_splits = 1;
+  auto c = tiled_choose(problem, device_info, tiled_options);
+  if (!c.ok()) return c;
+  if (rows_fast) c->decode_rows_fast_path = true;
+  const std::string decode_note =
+      rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
+                      " decode rows run on the decode fast path"
+                : "decode fast path not used: " + why_not;
+  if (prefill_fast) {
+    c->prefill_rows_mma = true;
+    const int stages =
+        prefill_mma_stages(problem.head_size, device_info.max_shared_memory_per_block);
+    std::string r = "tensor-core prefill kernel (cuda_prefill_mma) for the prefill rows of " +
+                    std::to_string(problem.batch.num_prefill_seqs) +
+                    " chunk(s): 64 (query token, query head) rows per CTA with the GQA group of " +
+                    std::to_string(problem.gqa_ratio()) +
+                    " flattened into them, mma.sync m16n8k16 for QK^T and PV (fp32 "
+                    "accumulation), " +
+                    std::to_string(stages) + "-stage cp.async pipeline of 64-token K/V tiles "
+                    "(independent of block_size " + std::to_string(problem.block_size) + "), " +
+                    std::to_string(prefill_mma_smem_bytes(problem.head_size, stages)) +
+                    " bytes of shared memory, no KV split; ";
+    if (rows_fast)
+      r += decode_note;
+    else if (problem.batch.num_decode_seqs > 0)
+      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
+           " decode rows run on it too (" + decode_note + ")";
+    else
+      r += "no decode rows";
+    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
+  } else {
+    c->reason += "; " + decode_note;
+    if (problem.batch.num_prefill_seqs > 0)
+      c->reason += "; tensor-core prefill kernel not used: " + why_prefill;
+  }
+  return c;
+}
+
+Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
+                      AttentionPlan::State* state) {
+  const ProblemDesc& problem = state->problem;
+  auto info = query_device(args.query.device.index);
+  if (!info.ok()) return info.status();
+  auto plan = std::make_shared<CudaPlan>();
+  KernelChoice tiled = state->choice;
+  if (state->choice.kernel == KernelId::kCudaDecodeMMA) {
+    if (decode_mma_aligned_strides(args)) {
+      plan->decode_mma = true;
+      plan->decode = decode_mma_config(problem, *info, state->options.num_splits,
+                                       decode_mma_heads_adjacent(args));
+      KernelChoice& pc = state->choice;
+      if (plan->decode.pair_heads !=
+          decode_mma_config(problem, *info, state->options.num_splits).pair_heads) {
+        // The tensors' strides decide the head pairing, which select_kernel could only assume
+        // from the problem (dense nhd or not): report the cut that runs.
+        pc.num_splits = plan->decode.num_splits;
+        pc.shared_memory_bytes =
+            decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
+        pc.reason += std::string(plan->decode.pair_heads
+                                     ? "; KV heads paired after all (the cache's head stride is "
+                                       "64; the two query groups side by side in the 8 columns)"
+                                     : "; KV heads not paired after all") +
+                     ": splits of " + std::to_string(plan->decode.chunk_tokens) +
+                     " tokens, at most " + std::to_string(pc.num_splits) + " per sequence";
+      }
+      if (plan->decode.small_kernel) {
+        KernelChoice& c = state->choice;
+        c.threads_per_block = kSmallMaxWarps * 32;
+        c.shared_memory_bytes = decode_small_smem_bytes(problem.head_size, problem.gqa_ratio(),
+                                                        plan->decode.num_splits);
+        c.reason += "; latency-bound (one wave): the small-call kernel, " +
+                    std::to_string(plan->decode.num_splits) + " splits of " +
+                    std::to_string(plan->decode.chunk_tokens) + " tokens, " +
+                    std::to_string(kSmallMaxWarps) +
+                    " warps per split with one tile each, K/V/Q loaded into registers, the "
+                    "splits of each (sequence, KV head) merged in a thread-block cluster";
+      }
+    }
+    // The tiled configuration: the fallback for unaligned pointers, or the path itself when
+    // the strides do not allow 16-byte copies.
+    auto t = tiled_choose(problem, *info, state->options);
+    if (!t.ok()) return t.status();
+    tiled = *t;
+    if (!plan->decode_mma) {
+      tiled.reason += "; decode fast path not used: strides are not multiples of 8 elements";
+      state->choice = tiled;
+    }
+  } else if (state->choice.kernel == KernelId::kCudaTiled && state->choice.decode_rows_fast_path &&
+             decode_mma_aligned_strides(args)) {
+    plan->mixed = true;
+    plan->decode_mma = true;
+    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args));
+  } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
+    state->choice.decode_rows_fast_path = false;
+    state->choice.reason += " (not taken: strides are not multiples of 8 elements)";
+  } else if (state->choice.kernel != KernelId::kCudaTiled) {
+    return Status(StatusCode::kInternal, std::string("cuda::plan_attention got kernel ") +
+                                             to_string(state->choice.kernel));
+  }
+  if (state->choice.prefill_rows_mma) {
+    const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+    const auto* qsl = static_cast<const std::int32_t*>(host.query_start_loc.data);
+    const std::int64_t qs = host.query_start_loc.strides[0];
+    const int gqa = problem.gqa_ratio();
+    plan->prefill_stages = prefill_mma_stages(problem.head_size, info->max_shared_memory_per_block);
+    plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+    plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    std::string why;
+    if (!prefill_mma_aligned_strides(args))
+      why = "strides are not multiples of 8 elements";
+    else if (plan->prefill_mma_all_tiles > INT_MAX)
+      why = std::to_string(plan->prefill_mma_all_tiles) + " row tiles exceed the grid limit";
+    else if (plan->prefill_stages == 0)
+      why = "the device's shared memory is too small";
+    if (why.empty()) {
+      plan->prefill_mma = true;
+    } else {
+      state->choice.prefill_rows_mma = false;
+      state->choice.reason += " (tensor-core prefill kernel not taken: " + why + ")";
+    }
+  }
+  auto cfg = make_tiled_config(problem, std::max(1, tiled.tile_tokens),
+                               std::max(1, tiled.num_splits), info->max_shared_memory_per_block);
+  if (!cfg.ok()) return cfg.status();
+  plan->config = *cfg;
+  const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+  plan->total_tiles = num_seqs > 0 ? count_row_tiles(static_cast<const std::int32_t*>(
+                                                         host.query_start_loc.data),
+                                                     host.query_start_loc.strides[0], num_seqs,
+                                                     cfg->q_tokens)
+                                   : 0;
+  if (plan->total_tiles > INT_MAX)
+    return Status(StatusCode::kUnsupported, "cuda attention: " +
+                                                std::to_string(plan->total_tiles) +
+                                                " query-row tiles exceed the grid limit");
+  const std::int64_t grid_y =
+      static_cast<std::int64_t>(problem.num_kv_heads) * cfg->head_groups;
+  if (grid_y > 65535)
+    return Status(StatusCode::kUnsupported,
+                  "cuda attention: num_kv_heads * head groups = " + std::to_string(grid_y) +
+                      " exceeds 65535");
+  if (plan->mixed)
+    plan->prefill_tiles = count_row_tiles(static_cast<const std::int32_t*>(host.query_start_loc.data),
+                                          host.query_start_loc.strides[0], num_seqs,
+                                          cfg->q_tokens, /*min_query_len=*/2);
+  plan->workspace = tiled_workspace(num_seqs, args.query.shape[0], problem.num_heads,
+                                    problem.head_size, cfg->num_splits);
+  state->workspace_bytes = plan->workspace.total;
+  if (plan->decode_mma) {
+    const std::size_t dws =
+        decode_mma_workspace(num_seqs, plan->decode.num_splits, problem.num_heads, problem.head_size);
+    // Mixed: both paths run in one call, so their workspaces must not overlap.
+    plan->decode_ws_offset = plan->mixed ? (plan->workspace.total + 255) / 256 * 256 : 0;
+    state->workspace_bytes = std::max(state->workspace_bytes, plan->decode_ws_offset + dws);
+  }
+  state->backend = std::static_pointer_cast<const void>(
+      std::shared_ptr<const CudaPlan>(std::move(plan)));
+  return Status::Ok();
+}
+
+Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args, void* workspace,
+                     std::size_t workspace_bytes, Stream stream) {
+  const auto* cp = static_cast<const CudaPlan*>(plan.backend.get());
+  if (!cp) return Status(StatusCode::kInternal, "cuda::run_attention: the plan has no CUDA data");
+  if (workspace_bytes < plan.workspace_bytes || (plan.workspace_bytes > 0 && !workspace))
+    return Status(StatusCode::kInvalidArgument,
+                  "workspace: " + std::to_string(workspace_bytes) + " bytes; the plan needs " +
+                      std::to_string(plan.workspace_bytes));
+  const bool fast = cp->decode_mma && decode_mma_aligned(args);
+  if (fast && !cp->mixed)
+    return decode_mma_run(args, plan.geometry.block_size, cp->decode, workspace, stream);
+  if (cp->prefill_mma && prefill_mma_aligned(args)) {
+    // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
+    // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
+    if (fast)
+      PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
+          args, plan.geometry.block_size, cp->decode,
+          static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
+    return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
+                           fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                           fast ? 2 : 1,
+                           static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
+                           stream);
+  }
+  // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
+  if (fast)
+    PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode,
+                                             static_cast<unsigned char*>(workspace) + cp->decode_ws_offset,
+                                             stream));
+  const int min_query_len = fast ? 2 : 1;
+  const std::int64_t total_tiles = fast ? cp->prefill_tiles : cp->total_tiles;
+  if (total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
+  const int device = args.query.device.index;
+  DeviceGuard guard(device);
+  if (guard.status() != cudaSuccess) return cuda_error(guard.status(), "run_attention: set device");
+  const TiledConfig& cfg = cp->config;
+  int optin = 0;
+  PA_CUDA_RETURN(device_smem_optin(device, &optin), "cudaDeviceGetAttribute(smem opt-in)");
+  if (cfg.smem.total > optin)
+    return Status(StatusCode::kUnsupported,
+                  "cuda attention: the plan needs " + std::to_string(cfg.smem.total) +
+                      " bytes of shared memory; this device allows " + std::to_string(optin));
+  return tiled_run(args, plan.geometry, cfg, cp->workspace, total_tiles, min_query_len, optin,
+                   workspace, stream);
+}
+
+}  // namespace pagedattn::cuda

@@ -1,0 +1,868 @@
+// The CUDA decode fast path: see decode_mma.h for the design.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <mutex>
+
+#include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/common/fast_div.h"
+#include "src/cuda/common/mma_args.h"
+#include "src/cuda/common/mma_common.cuh"
+#include "src/cuda/decode/decode_common.cuh"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_split.h"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+using namespace mma;
+using namespace decode;
+
+/// A token's place in the paged cache, (block index in the sequence, offset in the block),
+/// moved one 64-token tile forward by additions: one division per sequence, not per tile.
+struct TokenCursor {
+  int t, blk, off;
+  __device__ __forceinline__ void init(const DecodeParams& p, int tok) {
+    t = tok;
+    blk = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tok)));
+    off = tok - blk * p.block_size;
+  }
+  __device__ __forceinline__ void advance(const DecodeParams& p) {
+    t += kDecodeTileTokens;
+    blk += p.step_q;
+    off += p.step_r;
+    if (off >= p.block_size) {
+      off -= p.block_size;
+      ++blk;
+    }
+  }
+};
+
+/// Work-list mode handles up to 32 lanes x kListPerLane sequences.
+constexpr int kListPerLane = kWorkListMaxSeqs / 32;
+
+// Orientation: the MMAs compute S^T = K Q^T and O^T += V^T P^T, so the 16 MMA rows are 16
+// tokens and the 8 MMA columns are query heads of the GQA group (NT = 1 for groups of up to 8,
+// 2 for up to 16). Against "heads in the 16 rows" this halves the MMAs, exponentials and
+// accumulator registers of a typical group of 4-8 heads. P^T reaches the second MMA through
+// movmatrix (an 8x8 transpose in registers) instead of shared memory.
+// Two CTAs per SM (head 128) / four (head 64; three for 16 query columns): shared memory
+// allows no more, so the register budget may grow to 255 / 128 (170) per thread (see
+// decode_mma_reg_ctas); addresses are then kept in registers instead of being recomputed per
+// tile.
+// PAIR (decode_mma_pairs_heads): HEAD is 128 and each "KV head" g of the grid is the pair of
+// head-64 KV heads 2g, 2g + 1; p.gqa is twice the real group, columns r < p.gqa / 2 belong to
+// KV head 2g (Q in dims 0-63) and the others to 2g + 1 (Q in dims 64-127). The output,
+// partials and cluster shares have HO = 64 dims per query head.
+template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR>
+__global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
+    decode_mma_kernel(const DecodeParams p) {
+  static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
+  constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
+  constexpr int TOK = kDecodeTileTokens;
+  constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
+  // nhd/hnd tiles: unpadded token rows whose 16-byte chunks are XOR-swizzled with the row
+  // (chunk c of row r at c ^ (r % 8)), so that the 8 rows an ldmatrix phase reads fall in 8
+  // different bank groups. Rows padded by 16 bytes would avoid the conflicts too, but then
+  // most cp.async destinations straddle 128-byte lines, which costs ~8% of the copy rate
+  // (docs/performance.md, "Where W1's time goes"). The swizzle needs one XOR per ldmatrix:
+  // tiles start on 256-byte boundaries, so a lane's address for chunk c0 + 2s is its address
+  // for chunk c0 with bits 5-7 XORed by s.
+  constexpr unsigned PB = HEAD * 2;             // bytes per token row
+  constexpr unsigned TILE_B = TOK * HEAD * 2;   // bytes per K (or V) tile
+  constexpr int KSTEPS = HEAD / 16;
+  constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
+  constexpr int NH = 8 * NT;     // query-head columns
+  constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ int s_work[2];
+  __shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
+  // reserves the slack).
+  const unsigned sK = (smem_addr(sQ + NH * HEAD) + 255u) & ~255u;
+  const unsigned sV = sK + STAGES * TILE_B;
+  // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
+  // [splits][share] outputs, then [splits][kClusterLseSlots] LSEs), past everything else, so
+  // that a split that finishes first can write while this one still streams its tiles.
+  const unsigned rx_s = sV + STAGES * TILE_B;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const bool mods = p.softcap > 0.f || p.alibi != nullptr;
+  const unsigned rx_bar = smem_addr(&s_rx_bar);
+  griddep_launch_dependents();  // the merge kernel may launch once every CTA got here
+
+  // Per-lane shared-memory addresses (stage 0); a stage adds a multiple of TILE_B and every
+  // other offset is an immediate.
+  //   nhd/hnd copies: 8 lanes per token row (whole 128-byte lines per copy instruction), rows
+  //     lane/8 + 4i of the warp's 16, chunks lane%8 + 8j (swizzled: XOR lane/8 + 4(i%2), so
+  //     k_dst is the address for even i and k_dst ^ 64 for odd i).
+  //   nhd/hnd ldmatrix: row r = lane%8 (+8), logical chunk c0 (0 or 1, from the lane) + 2s at
+  //     physical c0 ^ lane%8 ^ 2s: k_ld / v_ld hold it for s = 0.
+  //   split copies: keys [chunk][token][8] (lane%16 = token, chunks lane/16 + 2k: 16 tokens of
+  //     one chunk are contiguous in the cache), values [warp][dim][16 tokens] with the two
+  //     8-token halves swapped on dims with bit 2 set (lane%2 = half, dims lane/2 + 16k).
+  unsigned k_dst, v_dst, k_ld, v_ld;
+  if constexpr (!SPLIT) {
+    const int x = lane & 7;
+    k_dst = sK + (warp * 16 + (lane >> 3)) * PB + ((x ^ (lane >> 3)) << 4);
+    v_dst = k_dst + STAGES * TILE_B;
+    k_ld = sK + (warp * 16 + x + ((lane >> 3) & 1) * 8) * PB + (((lane >> 4) ^ x) << 4);
+    v_ld = sV + (warp * 16 + x + ((lane >> 4) & 1) * 8) * PB + ((((lane >> 3) & 1) ^ x) << 4);
+  } else {
+    k_dst = sK + ((lane >> 4) * TOK + warp * 16 + (lane & 15)) * 16;
+    const int d0 = lane >> 1, h = lane & 1;
+    v_dst = sV + (warp * HEAD + d0) * 32 + ((h ^ ((d0 >> 2) & 1)) << 4);
+    k_ld = sK + ((lane >> 4) * TOK + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * 16;
+    const int d1 = (lane & 7) + ((lane >> 3) & 1) * 8;
+    v_ld = sV + (warp * HEAD + d1) * 32 + (((lane >> 4) ^ ((d1 >> 2) & 1)) << 4);
+  }
+
+  // Work-list mode (skewed batches): the (sequence, split) items of all sequences are numbered
+  // and the CTAs stride over them, so no CTA is launched for a split a short sequence does not
+  // have. Full-length splits come first and each sequence's last (usually shorter) split after
+  // them, and the KV head is the fastest grid dimension, so the longest items start first and
+  // the short ones fill the gaps at the end (longest-processing-time-first order). Warp 0 keeps
+  // each lane's sequences' split counts; the two counts are scanned packed in one integer
+  // (full << 10 | last, at most 256 last items).
+  int cnt[kListPerLane];
+  int lane_first = 0, lane_full = 0, lane_last = 0, total_full = 0, total_items = 0, per_lane = 0;
+  if (p.work_list && warp == 0) {
+    per_lane = (p.num_seqs + 31) >> 5;
+#pragma unroll
+    for (int i = 0; i < kListPerLane; ++i) {
+      const int s = lane * per_lane + i;
+      cnt[i] = (i < per_lane && s < p.num_seqs) ? seq_splits(p, s) : 0;
+      lane_full += max(cnt[i] - 1, 0);
+      lane_last += cnt[i] > 0 ? 1 : 0;
+    }
+    const int mine = (lane_full << 10) | lane_last;
+    int x = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o) x += y;
+    }
+    lane_first = x - mine;
+    const int total = __shfl_sync(0xffffffffu, x, 31);
+    total_full = total >> 10;
+    total_items = total_full + (total & 1023);
+  }
+  const int g = p.work_list ? blockIdx.x : blockIdx.y;
+  const int item0 = p.work_list ? blockIdx.y : blockIdx.x;
+  const int item_stride = p.work_list ? gridDim.y : gridDim.x;
+
+  const char* kbase = static_cast<const char*>(p.k) + static_cast<std::int64_t>(g) * p.k_head * 2;
+  const char* vbase = static_cast<const char*>(p.v) + static_cast<std::int64_t>(g) * p.v_head * 2;
+
+  for (int item = item0;; item += item_stride) {
+    int s, split;
+    if (p.work_list) {
+      if (warp == 0) {
+        const int first_full = lane_first >> 10, first_last = lane_first & 1023;
+        int found = -1, fsplit = 0;
+        if (item < total_full) {
+          int r = item - first_full;
+          if (r >= 0 && r < lane_full) {
+#pragma unroll
+            for (int i = 0; i < kListPerLane; ++i) {
+              const int full = max(cnt[i] - 1, 0);
+              if (found < 0 && r < full) {
+                found = lane * per_lane + i;
+                fsplit = r;
+              }
+              r -= full;
+            }
+          }
+        } else {
+          int r = item - total_full - first_last;
+          if (r >= 0 && r < lane_last) {
+#pragma unroll
+            for (int i = 0; i < kListPerLane; ++i) {
+              if (cnt[i] > 0) {
+                if (found < 0 && r == 0) {
+                  found = lane * per_lane + i;
+                  fsplit = cnt[i] - 1;
+                }
+                --r;
+              }
+            }
+          }
+        }
+        if (found >= 0) {
+          s_work[0] = found;
+          s_work[1] = fsplit;
+        }
+        if (lane == 0 && item >= total_items) s_work[0] = -1;
+      }
+      __syncthreads();
+      s = s_work[0];
+      split = s_work[1];
+      if (s < 0) break;
+    } else {
+      if (item != item0) break;  // one item per CTA
+      s = blockIdx.z;
+      split = blockIdx.x;
+    }
+    // The sequence's metadata loads go out together (the length does not depend on the query
+    // start), before the cluster set-up below, whose memory clobbers keep them ahead of it:
+    // in a latency-bound call each dependent round trip is ~0.5 us.
+    const int q0 = p.qsl[s * p.qsl_stride];
+    const int q1 = p.qsl[(s + 1) * p.qsl_stride];
+    const int len = p.seq_lens[s * p.sl_stride];
+    if (p.cluster) {  // one item per CTA in cluster mode: this runs once
+      // The barrier expects every split's partials for this CTA's share of the outputs. Every
+      // thread arrives at the cluster barrier now and waits on it only before its first
+      // remote write, by which time all CTAs have long initialised their barriers.
+      if (tid == 0) {
+        const int total = p.gqa * HO;
+        const int mine =
+            min(p.cl_share, max(0, total - static_cast<int>(cluster_rank()) * p.cl_share));
+        mbar_init(rx_bar, 1);
+        mbar_arrive_expect_tx(rx_bar, static_cast<unsigned>(p.max_splits * (mine + p.gqa) * 4));
+        fence_mbar_init_cluster();
+      }
+      cluster_arrive_relaxed();
+    }
+    if (q1 - q0 != 1) {
+      // Not a decode row: uniform over a cluster (its CTAs share the sequence).
+      __syncthreads();  // s_work is rewritten for the next item
+      continue;
+    }
+    int start = 0, valid_lo = 0, end = 0, nsplit = 0;
+    const bool has_work = split_range(p, len, split, &start, &valid_lo, &end, &nsplit);
+    if (!has_work && !p.cluster) {
+      __syncthreads();
+      continue;
+    }
+    const int q_pos = len - 1;
+    const int* bt = p.block_table + static_cast<std::int64_t>(s) * p.bt_seq;
+    // Opaque to the compiler: otherwise it re-forms s * bt_seq (a 64-bit multiply) in every
+    // block-table load of the tile loop.
+    asm("" : "+l"(bt));
+
+    float m_run[NT][2], l_run[NT][2];
+    float o[DT][NT][4];
+    online_softmax_init(m_run, l_run, o);
+
+    if (has_work) {
+      // Query rows of the GQA group (rows >= gqa are zero and never written back).
+      // Pairs: a column's 64 dims go to its KV head's half of the row, the other half is zero.
+      for (int i = tid; i < NH * CH; i += kDecodeThreads) {
+        const int r = i / CH, c = i % CH;
+        const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa));
+        const int qc = PAIR ? c % (CH / 2) : c;
+        const T* src = static_cast<const T*>(p.q);
+        if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
+                       static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + qc * 8;
+        cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
+      }
+      cp_async_commit();
+
+      // Every warp copies exactly the 16 token rows it computes on (tokens warp*16 .. +15 of
+      // each tile), so it waits for its own copies only: no CTA barrier per tile, and a slow
+      // warp never stalls the others. Each lane's rows of a tile are fixed by its lane index,
+      // so the block-table entries it needs for tile n+1 are fetched into registers while tile
+      // n computes (the copies never wait on a block-table load), and the lane's cursors step
+      // from tile to tile by additions. Masked rows keep block 0 / offset 0 (a valid address)
+      // and copy zero bytes.
+      constexpr int NR = SPLIT ? 1 : 4;  // key rows per lane
+      TokenCursor kc[NR], vc;
+      int kid[NR], koff[NR];
+      bool kok[NR];
+      int vid = 0, voff = 0, vbytes = 0;
+      {
+        const int tw0 = start + warp * 16;
+#pragma unroll
+        for (int i = 0; i < NR; ++i) kc[i].init(p, tw0 + (SPLIT ? (lane & 15) : (lane >> 3) + 4 * i));
+        if constexpr (SPLIT) vc.init(p, tw0 + (lane & 1) * 8);
+      }
+      const unsigned range = static_cast<unsigned>(end - valid_lo);
+      auto fetch_ids = [&]() {
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          const bool ok = static_cast<unsigned>(kc[i].t - valid_lo) < range;
+          kid[i] = ok ? __ldg(bt + kc[i].blk * p.bt_blk) : 0;
+          koff[i] = ok ? kc[i].off : 0;
+          kok[i] = ok;
+          kc[i].advance(p);
+        }
+        if constexpr (SPLIT) {
+          // A value chunk is 8 tokens of one head dim, inside one block (block_size % 8 == 0);
+          // bytes at or past seq_len are zero-filled (the tail of the last block may hold
+          // anything, NaN included).
+          const bool any = vc.t + 8 > valid_lo && vc.t < end;
+          vid = any ? __ldg(bt + vc.blk * p.bt_blk) : 0;
+          voff = any ? vc.off : 0;
+          vbytes = any ? 2 * min(8, len - vc.t) : 0;
+          vc.advance(p);
+        }
+      };
+      auto issue_tile = [&](int stage) {
+        const unsigned kd = k_dst + stage * TILE_B;
+        if constexpr (!SPLIT) {
+#pragma unroll
+          for (int i = 0; i < NR; ++i) {
+            const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.k_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.k_tok + (lane & 7) * 16;
+            const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.v_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 7) * 16;
+            const int bytes = kok[i] ? 16 : 0;
+#pragma unroll
+            for (int j = 0; j < CH / 8; ++j) {
+              const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
+              cp_async16(d, ks + j * 128, bytes);
+              cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
+            }
+          }
+        } else {
+          const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[0])) * p.k_blk +
+                           static_cast<std::uint64_t>(static_cast<unsigned>(koff[0])) * p.k_tok +
+                           static_cast<std::uint64_t>(lane >> 4) * p.k_chunk;
+          const int kbytes = kok[0] ? 16 : 0;
+#pragma unroll
+          for (int k = 0; k < CH / 2; ++k)
+            cp_async16(kd + k * 2 * TOK * 16, ks + static_cast<std::uint64_t>(2 * k) * p.k_chunk, kbytes);
+          const unsigned vd = v_dst + stage * TILE_B;
+          const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
+                           static_cast<std::uint64_t>(lane >> 1) * p.v_dim + voff * 2;
+#pragma unroll
+          for (int k = 0; k < HEAD / 16; ++k)
+            cp_async16(vd + k * 16 * 32, vs + static_cast<std::uint64_t>(16 * k) * p.v_dim, vbytes);
+        }
+      };
+
+      const int ntiles = (end - start + TOK - 1) / TOK;
+#pragma unroll
+      for (int st = 0; st < STAGES - 1; ++st) {
+        fetch_ids();
+        // Tiles past the end have every row masked: their copies read nothing.
+        issue_tile(st);
+        cp_async_commit();
+      }
+      fetch_ids();
+      cp_async_wait<STAGES - 1>();  // the query group
+      __syncthreads();
+
+      // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
+      // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+      unsigned qf[NT][KSTEPS / 2][4];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < KSTEPS / 2; ++j)
+          ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+
+      // Columns of this thread in the fragments: heads nt*8 + 2*(lane%4) + b.
+      float slope[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int r = nt * 8 + 2 * (lane & 3) + b;
+          slope[nt][b] = (p.alibi != nullptr && r < p.gqa)
+                             ? p.alibi[static_cast<std::int64_t>(g * p.gqa + r) * p.alibi_stride]
+                             : 0.f;
+        }
+
+      int stage = 0, issue_stage = STAGES - 1;
+      for (int it = 0; it < ntiles; ++it) {
+        cp_async_wait<STAGES - 2>();
+        __syncwarp();  // the warp's own rows of tile `it` have landed; its reads of tile it-1 are done
+        {
+          const int nt = it + STAGES - 1;
+          if (nt < ntiles) issue_tile(issue_stage);
+          cp_async_commit();
+          if (nt + 1 < ntiles) fetch_ids();
+          issue_stage = issue_stage == STAGES - 1 ? 0 : issue_stage + 1;
+        }
+        const unsigned kst = k_ld + stage * TILE_B;
+        const unsigned vst = v_ld + stage * TILE_B;
+        stage = stage == STAGES - 1 ? 0 : stage + 1;
+        const int tw = start + it * TOK + warp * 16;  // first token of this warp's 16
+        if (tw + 16 <= valid_lo || tw >= end) continue;
+
+        // S^T (16 tokens x NH heads); two accumulators halve the dependent MMA chain.
+        float sc[NT][4], sc2[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < KSTEPS; ++kk) {
+          // Pairs: the dims of KV head 2g (k-steps 0..KSTEPS/2-1) go to sc, those of 2g + 1 to
+          // sc2, so that each column reads only its own head's products (a non-finite key of
+          // the other head times the zero half of the query would be NaN).
+          const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
+          unsigned a[4];
+          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
+            const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
+            if (kk & 1) mma16816<T>(sc2[nt], a, b0, b1);
+            else mma16816<T>(sc[nt], a, b0, b1);
+          }
+        }
+
+        // Element e of a fragment: token tw + lane/4 + 8*(e/2), head column 2*(lane%4) + e%2.
+        // Scores in log2 units. Softcap, ALiBi and masking cost per-element instructions, so
+        // they run only where needed (the branches are warp-uniform).
+        const bool edge = tw < valid_lo || tw + 16 > end;
+        float mx[NT][2];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          mx[nt][0] = mx[nt][1] = -INFINITY;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int b = e & 1;
+            const int j = tw + (lane >> 2) + (e >> 1) * 8;
+            float z = score_log2(
+                p,
+                !PAIR ? sc[nt][e] + sc2[nt][e]
+                      : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]),
+                mods, slope[nt][b], j - q_pos);
+            if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
+            sc[nt][e] = z;
+            mx[nt][b] = fmaxf(mx[nt][b], z);
+          }
+        }
+        float corr[NT][2];
+        unsigned pb[NT][2];
+        online_softmax_step<T, NT>(mx, sc, m_run, l_run, corr, pb);
+        // Once the running maxima settle (after a few tiles, typically) no accumulator needs
+        // rescaling: skip the multiplies unless some head's maximum moved (warp-uniform test).
+        bool moved = false;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
+        if (__any_sync(0xffffffffu, moved)) rescale_accumulators(o, corr);
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          // A fragment of V^T (16 dims x 16 tokens).
+          unsigned a[4];
+          if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
+          else ldmatrix_x4_trans(a, vst ^ (dt * 32u));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
+        }
+      }
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    // Merge the four warps' states (fixed order: deterministic). Maxima in log2 units.
+    float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
+    float* red_l = red_m + 4 * NH;                      // [4][NH]
+    float* fin = red_l + 4 * NH;                        // [2][NH]: scale, LSE per head
+    float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const float l = sum_over_token_lanes(l_run[nt][b]);
+        if (lane < 4) {
+          const int h = nt * 8 + 2 * lane + b;
+          red_m[warp * NH + h] = m_run[nt][b];
+          red_l[warp * NH + h] = l;
+        }
+      }
+    __syncthreads();
+    const bool single = nsplit == 1 && !p.cluster;
+    float f[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int h = nt * 8 + 2 * (lane & 3) + b;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
+        const float base = softmax_base(M);
+        f[nt][b] = ex2(m_run[nt][b] - base);
+        if (warp == 0 && lane < 4) {
+          float L = 0.f;
+#pragma unroll
+          for (int w = 0; w < 4; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
+          // Per head, once: the factor that turns the summed accumulator into this CTA's
+          // output (or partial output) and the LSE that goes with it (natural log). A split
+          // without keys (cluster mode only) has L = 0 and M = -inf: weight 0 in the merge.
+          // NaN scores make L NaN, and NaN passes through both (L != 0).
+          float scale = L != 0.f ? 1.f / L : 0.f;
+          float lse = L != 0.f ? base * kLn2 + __logf(L) : -INFINITY;
+          // A whole row (one split) with keys whose logits are all -inf: the softmax is 0/0,
+          // NaN as in the oracle (with a sink, below, it is the sink's alone).
+          if (single && L == 0.f) scale = lse = NAN;
+          if (single && p.sinks != nullptr && h < p.gqa) {
+            // The sink joins the softmax denominator only (its value row is zero).
+            const float Ms = M * kLn2;
+            const float sk = p.sinks[static_cast<std::int64_t>(g * p.gqa + h) * p.sinks_stride];
+            const float M2 = fmaxf(Ms, sk);
+            const float Ls = L * __expf(Ms - M2) + __expf(sk - M2);
+            scale = __expf(Ms - M2) / Ls;
+            lse = M2 + __logf(Ls);
+          }
+          fin[h] = scale;
+          fin[NH + h] = lse;
+        }
+      }
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = nt * 8 + 2 * (lane & 3) + (e & 1);
+          const int d = dt * 16 + (lane >> 2) + (e >> 1) * 8;
+          so[(warp * NH + h) * SO_PITCH + d] = o[dt][nt][e] * f[nt][e & 1];
+        }
+    __syncthreads();
+
+    const std::int64_t part_row =
+        (static_cast<std::int64_t>(s) * p.max_splits + split) * p.num_heads;
+    const unsigned csize = static_cast<unsigned>(p.max_splits);
+    const unsigned rank = p.cluster ? cluster_rank() : 0u;
+    const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
+    if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
+    for (int i = tid; i < p.gqa * HO; i += kDecodeThreads) {
+      const int r = i / HO, d = i % HO;
+      const int h = g * p.gqa + r;
+      const int sd = PAIR && 2 * r >= p.gqa ? d + HO : d;  // O^T's row of output dim d
+      float acc = 0.f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
+      const float v = acc * fin[r];
+      const float lse = fin[NH + r];
+      if (p.cluster) {
+        // Element i goes to the CTA that combines it; each head's LSE to every CTA.
+        const unsigned owner = p.cl_div.div(static_cast<unsigned>(i));
+        const unsigned e = static_cast<unsigned>(i) - owner * p.cl_share;
+        st_async_f32(map_rank(rx_s + (rank * p.cl_share + e) * 4, owner), v,
+                     map_rank(rx_bar, owner));
+        if (d == 0)
+          for (unsigned j = 0; j < csize; ++j)
+            st_async_f32(map_rank(rx_lse + (rank * kClusterLseSlots + r) * 4, j), lse,
+                         map_rank(rx_bar, j));
+      } else if (single) {
+        store_output<T>(p, q0, h, d, v, lse);
+      } else {
+        p.part_o[(part_row + h) * HO + d] = v;
+        if (d == 0) p.part_lse[part_row + h] = lse;
+      }
+    }
+    if (p.cluster) {
+      // Combine this CTA's share of the (head, dim) outputs over all splits, from its own
+      // shared memory once every split's partials have landed (fixed order: deterministic).
+      mbar_wait_cluster(rx_bar, 0);
+      const float* rx = reinterpret_cast<const float*>(smem_raw + (rx_s - smem_addr(smem_raw)));
+      const float* rx_l = rx + csize * p.cl_share;
+      const int first = static_cast<int>(rank) * p.cl_share;
+      const int mine = min(p.cl_share, p.gqa * HO - first);
+      for (int e = tid; e < mine; e += kDecodeThreads) {
+        const int i = first + e;
+        const int r = i / HO, d = i % HO;
+        const int h = g * p.gqa + r;
+        // All loads before any use (ranks past the cluster read rank 0 and are masked).
+        float lse_k[kMaxClusterSplits], o_k[kMaxClusterSplits];
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          const int src = k < static_cast<int>(csize) ? k : 0;
+          lse_k[k] = rx_l[src * kClusterLseSlots + r];
+          o_k[k] = rx[src * p.cl_share + e];
+        }
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          if (k >= static_cast<int>(csize)) lse_k[k] = -INFINITY;
+          M = fmaxf(M, lse_k[k]);
+        }
+        float sk = -INFINITY;
+        if (p.sinks != nullptr) {
+          sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+          M = fmaxf(M, sk);
+        }
+        // M is -inf when every split's LSE is NaN (NaN scores): softmax_base keeps them NaN.
+        const float base = softmax_base(M);
+        float den = __expf(sk - base), acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < kMaxClusterSplits; ++k) {
+          // Weight 0 for an empty split or a rank past the cluster.
+          const float w = lse_k[k] == -INFINITY ? 0.f : __expf(lse_k[k] - base);
+          den += w;
+          acc += w * o_k[k];
+        }
+        // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
+        store_output<T>(p, q0, h, d, acc / den, den != 0.f ? base + __logf(den) : NAN);
+      }
+    }
+    __syncthreads();  // the next item reuses shared memory and s_work
+  }
+}
+
+/// Most threads of the merge kernel's CTA (HEAD / 4 per split group, at most as many groups
+/// as the call has splits: a batch of two-split sequences launches thousands of these CTAs).
+constexpr int kMergeThreads = 256;
+
+/// Combine the splits of each (decode sequence, query head): a fixed-order log-sum-exp merge
+/// (deterministic), adding the sink once. The merge runs after the split kernel, so its own
+/// time is added to the call: it is latency-bound, and its cost is the number of dependent
+/// memory round trips. Here a thread owns 4 head dims (one 16-byte load per split) and one of
+/// G split groups, loads the LSEs and partial outputs of up to 8 of its splits in one batch
+/// (one round trip for up to 8 G splits: 64 for head 128), folds them into a running
+/// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
+/// metadata loads go out together first: two round trips in all, where one thread per head dim
+/// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
+/// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
+template <class T, int HEAD>
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int V = HEAD / 4;                // threads per output row
+  constexpr int GMAX = kMergeThreads / V;    // split groups at most
+  constexpr int U = 8;                       // splits per thread per batch
+  const int G = static_cast<int>(blockDim.x) / V;
+  __shared__ float s_m[GMAX], s_l[GMAX];
+  __shared__ __align__(16) float s_acc[GMAX][HEAD];
+  const int h = blockIdx.x, s = blockIdx.y;
+  const int g = threadIdx.x / V, c = threadIdx.x % V;
+  const int q0 = p.qsl[s * p.qsl_stride];
+  const int q1 = p.qsl[(s + 1) * p.qsl_stride];
+  const int len = p.seq_lens[s * p.sl_stride];
+  // Every CTA waits, also those that have nothing to merge: a grid launched as a programmatic
+  // dependent may otherwise complete before its prerequisite, and the stream's next operation
+  // would then start while the split kernel still writes outputs.
+  griddep_wait();
+  if (q1 - q0 != 1) return;
+  const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
+  if (nsplit <= 1) return;  // the split kernel wrote the output itself
+  const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
+  float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i0 = g; i0 < nsplit; i0 += G * U) {
+    float lse[U];
+    float4 o[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * G;
+      const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
+      lse[u] = i < nsplit ? p.part_lse[row] : -INFINITY;
+      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * HEAD + 4 * c)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) mb = fmaxf(mb, lse[u]);
+    bool any = false;  // a split with keys, or with NaN scores (NaN != -inf)
+#pragma unroll
+    for (int u = 0; u < U; ++u) any |= lse[u] != -INFINITY;
+    if (!any) continue;  // only empty splits in this batch: nothing to add
+    // While mb is -inf the state holds only 0s (empty splits) or NaNs (splits whose scores
+    // were all NaN), which the NaN weights below keep.
+    const float mb_base = softmax_base(mb);
+    const float r = __expf(m - mb_base);  // 0 while m is -inf
+    l *= r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] *= r;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float w = __expf(lse[u] - mb_base);  // 0 for an empty split (-inf)
+      l += w;
+      acc[0] += w * o[u].x;
+      acc[1] += w * o[u].y;
+      acc[2] += w * o[u].z;
+      acc[3] += w * o[u].w;
+    }
+    m = mb;
+  }
+  if (c == 0) {
+    s_m[g] = m;
+    s_l[g] = l;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) s_acc[g][4 * c + k] = acc[k];
+  __syncthreads();
+  if (g != 0) return;
+  float M = -INFINITY;
+  for (int j = 0; j < G; ++j) M = fmaxf(M, s_m[j]);
+  float sk = -INFINITY;
+  if (p.sinks != nullptr) {
+    sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+    M = fmaxf(M, sk);
+  }
+  const float m_base = softmax_base(M);
+  float den = __expf(sk - m_base);
+  float out[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < G; ++j) {
+    // A group that saw only empty splits (m -inf) weighs 0; its l and acc are 0, or NaN.
+    const float w = __expf(s_m[j] - m_base);
+    den += w * s_l[j];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
+  }
+  // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
+  const float lse_total = den != 0.f ? m_base + __logf(den) : NAN;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) store_output<T>(p, q0, h, 4 * c + k, out[k] / den, lse_total);
+}
+
+/// Launch geometry of one call.
+struct DecodeGrid {
+  int num_splits, num_kv_heads, num_seqs;
+  int list_ctas;   // > 0: work-list mode with this many CTAs per KV head
+  int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
+  bool dependent_launch;  // the merge kernel by programmatic dependent launch
+};
+
+template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false>
+Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
+  constexpr int STAGES = kDecodeStages;
+  constexpr int HO = PAIR ? HEAD / 2 : HEAD;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR>;
+  const int smem = static_cast<int>(
+      decode_mma_smem_bytes(HEAD) +
+      (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
+  // The attribute is per function and per device; setting it is not a stream operation, so
+  // it is legal during graph capture, and cheap enough to repeat. It is the same for every
+  // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
+  // launch still runs after calls without one.
+  PA_CUDA_RETURN(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gr.smem_limit),
+      "decode_mma: cudaFuncSetAttribute");
+  const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
+                                     : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
+  if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
+    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kDecodeThreads, static_cast<std::size_t>(smem),
+                                        static_cast<unsigned>(gr.num_splits), stream, p),
+                   "decode_mma: cluster launch");
+    return Status::Ok();
+  }
+  kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
+  PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
+  if (gr.num_splits > 1) {
+    const int groups = std::min(gr.num_splits, kMergeThreads / (HO / 4));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(p.num_heads, gr.num_seqs);
+    cfg.blockDim = dim3(groups * (HO / 4));
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    // Also inside a stream capture: the graph then holds a programmatic edge from the split
+    // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
+    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+    if (err != cudaSuccess && cfg.numAttrs == 1 &&
+        (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
+      // A driver that refuses the attribute: the plain launch is correct too (the kernel's
+      // griddepcontrol.wait is then a no-op).
+      (void)cudaGetLastError();
+      cfg.numAttrs = 0;
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+    }
+    PA_CUDA_RETURN(err, "decode_mma: merge launch");
+  }
+  return Status::Ok();
+}
+
+template <class T, int HEAD>
+Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
+                     cudaStream_t stream) {
+  const bool wide = p.gqa > 8;
+  if (layout == KVLayout::kSplit)
+    return wide ? launch<T, HEAD, true, 2>(p, gr, stream) : launch<T, HEAD, true, 1>(p, gr, stream);
+  return wide ? launch<T, HEAD, false, 2>(p, gr, stream) : launch<T, HEAD, false, 1>(p, gr, stream);
+}
+
+}  // namespace
+
+Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMmaConfig& config,
+                      void* workspace, Stream stream) {
+  const int chunk_tokens = config.chunk_tokens;
+  const int num_splits = config.num_splits;
+  DecodeParams p{};
+  fill_attention_params(p, args);
+  // Byte strides (decode_mma_aligned_strides: element strides in [0, 2^31), so twice fits in
+  // 32 unsigned bits); the values' chunk stride is not needed (nhd/hnd: 16 bytes).
+  const MmaCacheStrides cs = mma_cache_strides(args.cache);
+  auto b32 = [](std::int64_t elems) { return static_cast<unsigned>(elems * 2); };
+  p.k_blk = b32(cs.k_blk); p.k_head = cs.k_head; p.k_tok = b32(cs.k_tok);
+  p.k_chunk = b32(cs.k_chunk);
+  p.v_blk = b32(cs.v_blk); p.v_head = cs.v_head; p.v_tok = b32(cs.v_tok);
+  p.v_dim = b32(cs.v_dim);
+  p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
+  p.step_q = kDecodeTileTokens / block_size;
+  p.step_r = kDecodeTileTokens % block_size;
+  const int num_heads = static_cast<int>(args.query.shape[1]);
+  const int head = static_cast<int>(args.query.shape[2]);
+  // Pairs (decode_mma_pairs_heads): the grid's KV head g is the two real heads 2g, 2g + 1,
+  // one 256-byte row per token. A cache whose heads are no longer adjacent (a view with other
+  // strides than the plan's) runs unpaired with the same cut: correct, only cut for the other
+  // kernel.
+  const bool pair = config.pair_heads && head == 64 && cs.num_kv_heads % 2 == 0 &&
+                    decode_mma_heads_adjacent(args);
+  // The head-64 kernel's own limit, the same as on every unpaired call.
+  const std::int64_t smem_limit =
+      config.pair_heads && !pair ? config.smem_limit_unpaired : config.smem_limit;
+  if (pair) {
+    p.k_head *= 2;
+    p.v_head *= 2;
+  }
+  const int num_kv_heads = pair ? cs.num_kv_heads / 2 : cs.num_kv_heads;
+  p.num_heads = num_heads;
+  p.gqa = num_heads / num_kv_heads;
+  p.block_size = block_size;
+  p.scale = args.params.scale;
+  p.scale_log2 = args.params.scale * kLog2e;
+  p.chunk = chunk_tokens;
+  p.max_splits = num_splits;
+  const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
+  if (num_splits > 1) {
+    const std::size_t rows = static_cast<std::size_t>(num_seqs) * num_splits * num_heads;
+    const std::size_t lse_bytes = (rows * sizeof(float) + 255) / 256 * 256;
+    p.part_lse = static_cast<float*>(workspace);
+    p.part_o = reinterpret_cast<float*>(static_cast<char*>(workspace) + lse_bytes);
+  }
+  if (num_seqs == 0) return Status::Ok();
+  DeviceGuard guard(args.query.device.index);
+  PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit),
+                config.dependent_launch};
+  p.num_seqs = num_seqs;
+  // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
+  // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
+  // of them), and each costs a scheduling slot.
+  if (decode_mma_work_list(num_splits, num_seqs)) {
+    // One CTA per item (the split choice keeps them to about two waves plus one per
+    // sequence), so that the hardware scheduler balances them in longest-first order; a CTA
+    // that finds no item exits after the scan. gridDim.y is at most 65535: CTAs stride.
+    const std::int64_t items =
+        std::min<std::int64_t>(static_cast<std::int64_t>(num_seqs) * num_splits, config.max_items);
+    gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
+    p.work_list = 1;
+  } else if (config.small_kernel) {  // a cluster-merge call the small kernel takes
+    p.cluster = 1;
+    p.bt_width = static_cast<int>(std::min<std::int64_t>(args.block_table.shape[1], INT_MAX));
+    p.cl_div = FastDiv(static_cast<std::uint32_t>(num_splits));
+    return decode_small_run(p, head, args.query.dtype == DType::kBFloat16, num_kv_heads, num_seqs,
+                            st);
+  } else if (config.cluster_merge) {  // 2..kMaxClusterSplits splits, cc >= 9 (the plan's rule)
+    p.cluster = 1;
+    p.cl_share = decode_cluster_share(head, p.gqa, num_splits);
+    p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
+  }
+  const bool bf16 = args.query.dtype == DType::kBFloat16;
+  if (pair)
+    return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
+                : launch<__half, 128, false, 1, true>(p, gr, st);
+  if (head == 64)
+    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, args.cache.layout, gr, st)
+                : launch_layout<__half, 64>(p, args.cache.layout, gr, st);
+  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, args.cache.layout, gr, st)
+              : launch_layout<__half, 128>(p, args.cache.layout, gr, st);
+}
+
+}  // namespace pagedattn::cuda
