@@ -34,15 +34,28 @@ inline Status cuda_error(cudaError_t err, const char* what) {
 /// (index < 0: leaves the current device alone).
 class DeviceGuard {
  public:
+  // Every entry point that launches starts with a DeviceGuard, and each launch is checked with
+  // cudaGetLastError(), which also returns an error left by any earlier runtime call of this
+  // thread (the caller's own, a failed device query): discard that here, so that a call reports
+  // only its own failures. A sticky error (a faulted context) still fails every later call.
   explicit DeviceGuard(int index) {
+    (void)cudaGetLastError();
     if (index < 0) return;
     if (cudaGetDevice(&prev_) != cudaSuccess) {
+      (void)cudaGetLastError();
       prev_ = -1;
       status_ = cudaErrorNoDevice;
       return;
     }
-    if (prev_ != index) status_ = cudaSetDevice(index);
-    else prev_ = -1;
+    if (prev_ != index) {
+      status_ = cudaSetDevice(index);
+      if (status_ != cudaSuccess) {
+        (void)cudaGetLastError();  // the failure is status(), not a later launch's error
+        prev_ = -1;
+      }
+    } else {
+      prev_ = -1;
+    }
   }
   ~DeviceGuard() {
     if (prev_ >= 0) cudaSetDevice(prev_);
