@@ -21,7 +21,7 @@ inline constexpr int kMaxBlockSize = 2100;
 inline constexpr int kMaxKVHeads = 32;
 inline constexpr int kMaxGroup = 16;
 inline constexpr int kMaxPad = 512;
-inline constexpr std::int64_t kMaxWork = std::int64_t{1} << 27;
+inline constexpr std::int64_t kMaxWork = std::int64_t{1} << 25;
 
 /// Read a CPU case from `in`. Every field is drawn, valid or not (head sizes that are not a
 /// multiple of 8, query_len > seq_len, NaN scales...): the library must reject what it cannot

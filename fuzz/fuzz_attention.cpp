@@ -22,10 +22,7 @@
 namespace pagedattn::fuzz {
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_attention: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void fail(const std::string& what) { fuzz::fail("fuzz_attention", what); }
 
 void run_case_mode(ByteReader& in) {
   const auto c = read_case(in);
@@ -81,15 +78,10 @@ void raw_metadata_mode(ByteReader& in) {
   std::vector<std::uint8_t> k(static_cast<std::size_t>(*elems) * es), v(k.size());
   const std::int64_t q_elems = std::int64_t{num_tokens} * num_heads * spec.head_size;
   std::vector<std::uint8_t> q(static_cast<std::size_t>(q_elems) * es);
-  std::uint32_t x = in.u32() | 1;  // xorshift32: values in [-1, 1)
-  const auto fill = [&](std::vector<std::uint8_t>& buf) {
-    for (std::size_t i = 0; i < buf.size() / es; ++i) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-      numeric::store_from_float(buf.data(), spec.dtype, static_cast<std::int64_t>(i),
-                                static_cast<float>(x) / 2147483648.0f - 1.0f);
-    }
-  };
-  fill(k), fill(v), fill(q);
+  const std::uint64_t seed = in.u64();
+  fill_uniform(k.data(), spec.dtype, static_cast<std::int64_t>(k.size() / es), seed);
+  fill_uniform(v.data(), spec.dtype, static_cast<std::int64_t>(v.size() / es), seed + 1);
+  fill_uniform(q.data(), spec.dtype, static_cast<std::int64_t>(q.size() / es), seed + 2);
   auto cache = make_kv_cache(spec, k.data(), v.data());
   if (!cache.ok()) fail("make_kv_cache: " + cache.status().to_string());
 

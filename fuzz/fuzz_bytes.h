@@ -9,8 +9,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
+
+#include "pagedattn/tensor.h"
+#include "src/core/numeric.h"
+#include "src/testing/fill.h"
 
 namespace pagedattn::fuzz {
 
@@ -60,5 +67,21 @@ class ByteWriter {
  private:
   std::vector<std::uint8_t> bytes_;
 };
+
+/// A finding: print what the target saw and abort, which libFuzzer reports as a crash and
+/// saves the input of.
+[[noreturn]] inline void fail(const char* target, const std::string& what) {
+  std::fprintf(stderr, "%s: %s\n", target, what.c_str());
+  std::abort();
+}
+
+/// `elements` values of `dtype` at `dst`, uniform in [-scale, scale), from the project's
+/// seeded generator (src/testing/fill.h).
+inline void fill_uniform(void* dst, DType dtype, std::int64_t elements, std::uint64_t seed,
+                         float scale = 1.0f) {
+  testing::SplitMix64 rng(seed);
+  for (std::int64_t i = 0; i < elements; ++i)
+    numeric::store_from_float(dst, dtype, i, rng.uniform(-scale, scale));
+}
 
 }  // namespace pagedattn::fuzz

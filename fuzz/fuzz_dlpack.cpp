@@ -13,10 +13,7 @@
 namespace pagedattn::fuzz {
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_dlpack: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void fail(const std::string& what) { fuzz::fail("fuzz_dlpack", what); }
 
 std::int64_t dim_value(ByteReader& in) {
   switch (in.pick(4)) {

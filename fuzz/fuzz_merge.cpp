@@ -15,10 +15,7 @@
 namespace pagedattn::fuzz {
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_merge: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void fail(const std::string& what) { fuzz::fail("fuzz_merge", what); }
 
 float lse_value(ByteReader& in) {
   switch (in.pick(8)) {
@@ -39,12 +36,9 @@ void one_input(ByteReader& in) {
   std::vector<float> la(static_cast<std::size_t>(T * H)), lb(la.size()), lo(la.size(), 7.0f);
   for (auto& v : la) v = lse_value(in);
   for (auto& v : lb) v = lse_value(in);
-  std::uint32_t x = in.u32() | 1;
-  for (auto* buf : {&a, &b})
-    for (std::int64_t i = 0; i < n; ++i) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-      numeric::store_from_float(buf->data(), dtype, i, static_cast<float>(x) / 2147483648.0f - 1.0f);
-    }
+  const std::uint64_t seed = in.u64();
+  fill_uniform(a.data(), dtype, n, seed);
+  fill_uniform(b.data(), dtype, n, seed + 1);
   const std::vector<std::uint8_t> a0 = a, b0 = b;
   const std::vector<float> la0 = la, lb0 = lb;
 

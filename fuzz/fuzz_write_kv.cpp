@@ -13,10 +13,7 @@
 namespace pagedattn::fuzz {
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_write_kv: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void fail(const std::string& what) { fuzz::fail("fuzz_write_kv", what); }
 
 void one_input(ByteReader& in) {
   constexpr KVLayout kLayouts[] = {KVLayout::kSplit, KVLayout::kNHD, KVLayout::kHND};
@@ -49,14 +46,14 @@ void one_input(ByteReader& in) {
   const std::size_t ies = dtype_size(in_dtype);
   const std::int64_t kv_elems = rows > 0 ? (rows - 1) * token_stride + (spec.num_kv_heads - 1) * head_stride + spec.head_size : 0;
   std::vector<std::uint8_t> key(static_cast<std::size_t>(kv_elems) * ies), value(key.size());
-  std::uint32_t x = in.u32() | 1;
+  testing::SplitMix64 rng(in.u64());
   for (auto* buf : {&key, &value})
     for (std::int64_t i = 0; i < kv_elems; ++i) {
-      x ^= x << 13, x ^= x >> 17, x ^= x << 5;
       // Wide values so that fp8 saturation and rounding are exercised, and now and then a
       // special value (NaN, inf) in the input.
-      float f = (static_cast<float>(x) / 2147483648.0f - 1.0f) * 600.0f;
-      if ((x & 0xFFF) == 7) f = (x & 0x1000) ? NAN : INFINITY;
+      float f = rng.uniform(-600.0f, 600.0f);
+      const std::uint64_t r = rng.next();
+      if ((r & 0xFFF) == 7) f = (r & 0x1000) ? NAN : INFINITY;
       numeric::store_from_float(buf->data(), in_dtype, i, f);
     }
   const TensorView key_view = TensorView::strided(
