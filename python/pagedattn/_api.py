@@ -25,6 +25,15 @@ _to_dlpack = fw._to_dlpack
 _run_planned = _C.run_planned
 
 
+def _query_shape(query) -> tuple:
+    """The query's shape, which must be ``[T, H, D]`` (ValueError naming it otherwise)."""
+    shape = tuple(query.shape)
+    if len(shape) != 3:
+        raise ValueError(f"query.ndim = {len(shape)}: expected 3 ([num_tokens, num_heads, "
+                         f"head_size]), got shape {list(shape)}")
+    return shape
+
+
 class KVCache:
     """A paged KV cache of one attention layer over caller-owned tensors (DESIGN.md §1).
 
@@ -48,11 +57,20 @@ class KVCache:
             ``k_cache``/``v_cache`` and the dimension); NotImplementedError: a head size or
             dtype outside the supported set.
 
-    The tensors are referenced, not copied: writes through write_kv land in them.
+    The tensors are referenced, not copied: writes through write_kv land in them. The
+    attributes are read-only (AttributeError on assignment): the checked description is made
+    once, here, and every path (eager, torch ops, the oracle) must read the same one; make a
+    new KVCache for other tensors or scales.
     """
 
-    __slots__ = ("k_cache", "v_cache", "layout", "k_scale", "v_scale", "_c", "_sig",
+    __slots__ = ("_k_cache", "_v_cache", "_layout", "_k_scale", "_v_scale", "_c", "_sig",
                  "__weakref__")
+
+    k_cache = property(lambda self: self._k_cache, doc="The key cache tensor.")
+    v_cache = property(lambda self: self._v_cache, doc="The value cache tensor.")
+    layout = property(lambda self: self._layout, doc='"nhd", "hnd" or "split".')
+    k_scale = property(lambda self: self._k_scale, doc="fp8 key scale (float).")
+    v_scale = property(lambda self: self._v_scale, doc="fp8 value scale (float).")
 
     def __init__(self, k_cache, v_cache, layout: str = "nhd", k_scale: float = 1.0,
                  v_scale: float = 1.0):
@@ -60,13 +78,13 @@ class KVCache:
         fw.check_array(v_cache, "v_cache")
         if not isinstance(layout, str):
             raise TypeError(f"layout: expected 'nhd', 'hnd' or 'split', got {layout!r}")
-        self.k_cache = k_cache
-        self.v_cache = v_cache
-        self.layout = layout
-        self.k_scale = float(k_scale)
-        self.v_scale = float(v_scale)
+        self._k_cache = k_cache
+        self._v_cache = v_cache
+        self._layout = layout
+        self._k_scale = float(k_scale)
+        self._v_scale = float(v_scale)
         self._c = _C.make_cache(fw.arg(k_cache, "k_cache"), fw.arg(v_cache, "v_cache"), layout,
-                                self.k_scale, self.v_scale)
+                                self._k_scale, self._v_scale)
         self._sig = _signature(self._c)
 
     @property
@@ -267,6 +285,9 @@ class BatchAttention:
         st.torch_like = fw.is_torch(block_table)
         host = tuple(fw.to_host(x) for x in (block_table, seq_lens, query_start_loc))
         prev = self._state
+        # A plan that fails must not leave the previous step's plan for run() to use.
+        self._state = None
+        _STATES.pop(self._id, None)
         dev = []
         for i, (x, h) in enumerate(zip((block_table, seq_lens, query_start_loc), host)):
             if fw.device_of(x) == device:
@@ -324,11 +345,11 @@ class BatchAttention:
 
         Raises:
             ValueError: shapes, dtypes or devices other than the plan's (plan again for a new
-                batch shape), or tensors sharing memory; RuntimeError: plan() was not called.
+                batch shape), or tensors sharing memory; RuntimeError: plan() was not called, or the last plan() raised.
         """
         st = self._state
         if st is None:
-            raise RuntimeError("BatchAttention.run: call plan() first")
+            raise RuntimeError("BatchAttention.run: call plan() first (no plan, or the last plan() raised)")
         # The per-layer path: keep it to a few attribute reads and one dict lookup (host
         # overhead, bench/python_overhead.py).
         if isinstance(query, _Tensor):
@@ -401,10 +422,10 @@ def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_lo
             alibi_slopes, sinks, bool(return_lse))
         return (out, lse) if return_lse else out
     fw.check_array(query, "query")
-    shape = tuple(query.shape)
+    shape = _query_shape(query)
     w = BatchAttention(fw.device_of(query))
     w.plan(block_table, seq_lens, query_start_loc,
-           num_heads=shape[1] if len(shape) == 3 else 0, num_kv_heads=cache.num_kv_heads,
+           num_heads=shape[1], num_kv_heads=cache.num_kv_heads,
            head_size=cache.head_size, scale=scale, softcap=softcap,
            sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks)
     return w.run(query, cache, return_lse=return_lse)
@@ -478,10 +499,10 @@ def explain(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
     Arguments as paged_attention; only the query's shape and dtype are used.
     """
     fw.check_array(query, "query")
-    shape = tuple(query.shape)
+    shape = _query_shape(query)
     w = BatchAttention(fw.device_of(query))
     w.plan(block_table, seq_lens, query_start_loc,
-           num_heads=shape[1] if len(shape) == 3 else 0, num_kv_heads=cache.num_kv_heads,
+           num_heads=shape[1], num_kv_heads=cache.num_kv_heads,
            head_size=cache.head_size, scale=scale, softcap=softcap,
            sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks,
            num_splits=num_splits, tile_tokens=tile_tokens)

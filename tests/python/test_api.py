@@ -282,3 +282,40 @@ def test_imports_without_torch():
 def test_version_and_scale():
     assert pagedattn.__version__.count(".") == 2
     assert math.isclose(pagedattn.default_scale(128), 1 / math.sqrt(128), rel_tol=1e-7)
+
+
+def test_a_failed_plan_leaves_no_plan_to_run():
+    # A serving loop that catches plan()'s error must not get the previous step's attention.
+    p = Problem()
+    w = p.plan(cache=p.cache)
+    w.run(p.query, p.cache)
+    bad_bt = p.block_table.copy()
+    bad_bt[0, 0] = 10_000
+    with pytest.raises(ValueError, match="block_table"):
+        w.plan(bad_bt, p.seq_lens, p.query_start_loc, num_heads=p.H, num_kv_heads=p.KVH,
+               head_size=p.D, cache=p.cache)
+    with pytest.raises(RuntimeError, match="plan"):
+        w.run(p.query, p.cache)
+    # Planning again with good metadata works as before.
+    p.plan(w, cache=p.cache)
+    out = w.run(p.query, p.cache)
+    ref, _ = p.reference()
+    np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_cache_attributes_are_read_only():
+    # Eager calls, the torch ops and the oracle must read one checked description.
+    p = Problem()
+    for name, value in (("k_scale", 2.0), ("v_scale", 2.0), ("layout", "hnd"),
+                        ("k_cache", p.v_cache), ("v_cache", p.k_cache)):
+        with pytest.raises(AttributeError):
+            setattr(p.cache, name, value)
+    assert p.cache.k_scale == 1.0 and p.cache.layout == "nhd"
+
+
+def test_query_of_the_wrong_rank_is_named():
+    p = Problem()
+    for q in (p.query.reshape(p.num_tokens, -1), p.query[None]):
+        for call in (pagedattn.paged_attention, pagedattn.explain):
+            with pytest.raises(ValueError, match=r"query\.ndim = [24]: expected 3"):
+                call(q, p.cache, p.block_table, p.seq_lens, p.query_start_loc)
