@@ -25,13 +25,18 @@ _to_dlpack = fw._to_dlpack
 _run_planned = _C.run_planned
 
 
-def _query_shape(query) -> tuple:
-    """The query's shape, which must be ``[T, H, D]`` (ValueError naming it otherwise)."""
+def _planned_for(query, cache, block_table, seq_lens, query_start_loc, **options):
+    """A BatchAttention on the query's device, planned for `query` (``[T, H, D]``; a
+    ValueError naming query.ndim otherwise) over `cache`: the one-shot calls' set-up."""
+    fw.check_array(query, "query")
     shape = tuple(query.shape)
     if len(shape) != 3:
         raise ValueError(f"query.ndim = {len(shape)}: expected 3 ([num_tokens, num_heads, "
                          f"head_size]), got shape {list(shape)}")
-    return shape
+    w = BatchAttention(fw.device_of(query))
+    w.plan(block_table, seq_lens, query_start_loc, num_heads=shape[1],
+           num_kv_heads=cache.num_kv_heads, head_size=cache.head_size, **options)
+    return w
 
 
 class KVCache:
@@ -421,13 +426,9 @@ def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_lo
             -1.0 if scale is None else float(scale), float(softcap), int(sliding_window),
             alibi_slopes, sinks, bool(return_lse))
         return (out, lse) if return_lse else out
-    fw.check_array(query, "query")
-    shape = _query_shape(query)
-    w = BatchAttention(fw.device_of(query))
-    w.plan(block_table, seq_lens, query_start_loc,
-           num_heads=shape[1], num_kv_heads=cache.num_kv_heads,
-           head_size=cache.head_size, scale=scale, softcap=softcap,
-           sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks)
+    w = _planned_for(query, cache, block_table, seq_lens, query_start_loc, scale=scale,
+                     softcap=softcap, sliding_window=sliding_window, alibi_slopes=alibi_slopes,
+                     sinks=sinks)
     return w.run(query, cache, return_lse=return_lse)
 
 
@@ -498,12 +499,7 @@ def explain(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
     ``problem`` (the problem description) and ``writer`` (write_kv's choice for the cache).
     Arguments as paged_attention; only the query's shape and dtype are used.
     """
-    fw.check_array(query, "query")
-    shape = _query_shape(query)
-    w = BatchAttention(fw.device_of(query))
-    w.plan(block_table, seq_lens, query_start_loc,
-           num_heads=shape[1], num_kv_heads=cache.num_kv_heads,
-           head_size=cache.head_size, scale=scale, softcap=softcap,
-           sliding_window=sliding_window, alibi_slopes=alibi_slopes, sinks=sinks,
-           num_splits=num_splits, tile_tokens=tile_tokens)
+    w = _planned_for(query, cache, block_table, seq_lens, query_start_loc, scale=scale,
+                     softcap=softcap, sliding_window=sliding_window, alibi_slopes=alibi_slopes,
+                     sinks=sinks, num_splits=num_splits, tile_tokens=tile_tokens)
     return w.explain(cache, q_dtype=query.dtype, return_lse=return_lse)
