@@ -38,6 +38,14 @@ struct KVCache {
   KVLayout layout = KVLayout::kNHD;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  /// Optional device-resident dequantisation scales of an fp8 cache: fp32, contiguous, shape
+  /// `[1]` (per tensor) or `[num_kv_heads]` (per KV head, as calibrated checkpoints ship them),
+  /// on the cache's device. When defined they replace k_scale / v_scale for the writer and
+  /// every reader, and they are read by the kernels at run time, never on the host, so a CUDA
+  /// graph replayed after the values changed uses the new values. Both or neither; only for fp8
+  /// caches; values must be finite and > 0 (not checked: they may live on the GPU).
+  TensorView k_scales;
+  TensorView v_scales;
 };
 
 /// Sizes read off a validated cache.

@@ -21,6 +21,11 @@ struct PlanOptions {
   int tile_tokens = 0;
   /// CPU worker threads; 0 = std::thread::hardware_concurrency().
   int num_threads = 0;
+  /// Batch-invariant results: every kernel cuts a sequence's KV range at split points fixed in
+  /// tokens (independent of the batch's other sequences and of the device's size), so one
+  /// sequence's output and LSE are the same bits alone or in any batch. Costs some speed on
+  /// small batches (fewer splits than the device could use).
+  bool batch_invariant = false;
 };
 
 /// Facts about a device that selection depends on, queried at run time (never hard-coded).

@@ -125,6 +125,14 @@ struct CacheTraits<Q, kKvE5M2> {
   static constexpr int kBytes = 1;
 };
 
+/// The dequantisation scale of KV head `kv_head`: the device tensor's value when the cache has
+/// one (KVCache::k_scales / v_scales, filled by fill_cache_scales), else the host scalar.
+__device__ __forceinline__ float cache_scale(const float* scales, int scales_stride, int kv_head,
+                                             float host_scale) {
+  return scales != nullptr ? __ldg(scales + static_cast<long long>(kv_head) * scales_stride)
+                           : host_scale;
+}
+
 /// Two fp8 codes (low byte first) to two floats, exactly (every fp8 value is an fp16 value).
 template <int KV>
 __device__ __forceinline__ float2 fp8x2_to_float2(std::uint16_t two) {

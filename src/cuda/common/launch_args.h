@@ -73,4 +73,20 @@ void fill_cache_geometry(P& p, const KVCache& cache, const KVCacheGeometry& g) {
   p.block_size = g.block_size;
 }
 
+/// Fill the device-scale fields of a kernel parameter struct `P` (`const float* k_scales,
+/// v_scales; int scales_stride`): the pointers of KVCache::k_scales / v_scales (null when the
+/// cache has none, and the kernels use their host scalars) and the element stride between KV
+/// heads' scales (0 for a `[1]` tensor, 1 for `[num_kv_heads]`). The kernels read
+/// `k_scales[kv_head * scales_stride]` (cache_scale in cuda_common.cuh).
+template <class P>
+void fill_cache_scales(P& p, const KVCache& cache) {
+  p.k_scales = nullptr;
+  p.v_scales = nullptr;
+  p.scales_stride = 0;
+  if (!cache.k_scales.defined()) return;
+  p.k_scales = static_cast<const float*>(cache.k_scales.data);
+  p.v_scales = static_cast<const float*>(cache.v_scales.data);
+  p.scales_stride = cache.k_scales.numel() > 1 ? 1 : 0;
+}
+
 }  // namespace pagedattn::cuda
