@@ -1,0 +1,14 @@
+// CPU-only builds: the CUDA steps of context parallelism report that there is no CUDA.
+#include "src/dist/cp_merge.h"
+
+namespace pagedattn::dist::detail {
+
+Status cuda_prepare(const TensorView&, std::int32_t*, std::int32_t*, Stream) {
+  return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
+}
+Status cuda_merge(const unsigned char*, const SlotLayout&, const TensorView&, const TensorView&,
+                  const TensorView&, Stream) {
+  return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
+}
+
+}  // namespace pagedattn::dist::detail
