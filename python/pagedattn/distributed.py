@@ -187,6 +187,18 @@ def merge_partial_states(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
     return out.to(outs.dtype), lse
 
 
+def merge_pairwise(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
+    """As merge_partial_states, by pagedattn.merge_states: rank 0's state, then ranks
+    1..W-1 folded in order (then the sinks), each merge rounded to outs' dtype."""
+    out, lse = outs[0], lses[0].contiguous()
+    for r in range(1, outs.shape[0]):
+        out, lse = _api.merge_states(out, lse, outs[r], lses[r].contiguous())
+    if sinks is not None:
+        sink_lse = sinks.to(lse.device, torch.float32)[None, :].expand_as(lse).contiguous()
+        out, lse = _api.merge_states(out, lse, torch.zeros_like(out), sink_lse)
+    return out, lse
+
+
 def _pack(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     """out ``[T, H, D]`` and lse ``[T, H]`` fp32 as one ``[T, H, D + k]`` tensor of out's
     dtype (the lse bits reinterpreted, k = 4 / element size), so one all-gather moves both."""
@@ -232,14 +244,21 @@ class ContextParallelDecode:
         group: the torch.distributed process group (None = the default group).
         device: the device of this rank's query and cache (``"cpu"``, ``"cuda:N"``); None =
             the device of the block table given to plan().
+        merge: ``"fp32"`` (default): merge_partial_states, all W states at once in fp32 with
+            one rounding to the query dtype; ``"pairwise"``: pagedattn.merge_states (one
+            kernel per merge) folding ranks 1..W-1 into rank 0's state in order, each step
+            rounded to the query dtype (fewer kernels; W - 1 roundings).
 
     Every rank of the group must plan and run the same S, H, D and query dtype (the
     all-gather's size), with the same query values.
     """
 
-    def __init__(self, group=None, device=None):
+    def __init__(self, group=None, device=None, merge: str = "fp32"):
+        if merge not in ("fp32", "pairwise"):
+            raise ValueError(f"merge {merge!r}: expected 'fp32' or 'pairwise'")
         self.group = group
         self.device = device
+        self.merge = merge
         self._planned = False
         self._local = None
         self._idx = None
@@ -333,7 +352,10 @@ class ContextParallelDecode:
         gathered = _all_gather(_pack(out, lse), self.group)
         clock.mark("gather")
         outs, lses = _unpack(gathered, self._D)
-        merged, merged_lse = merge_partial_states(outs, lses, self._sinks)
+        if self.merge == "fp32":
+            merged, merged_lse = merge_partial_states(outs, lses, self._sinks)
+        else:
+            merged, merged_lse = merge_pairwise(outs, lses, self._sinks)
         clock.mark("merge")
         return (merged, merged_lse) if return_lse else merged
 
@@ -341,7 +363,7 @@ class ContextParallelDecode:
 def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table, local_seq_lens,
                             group=None, *, scale: float | None = None, softcap: float = 0.0,
                             sinks=None, sliding_window: int = 0, alibi_slopes=None,
-                            return_lse: bool = False):
+                            return_lse: bool = False, merge: str = "fp32"):
     """One-shot decode attention whose KV is sharded across the ranks of `group`
     (ContextParallelDecode.plan + run; prefer the class in a loop: plan() copies the lengths to
     the host). Every rank must call it with the same query.
@@ -354,6 +376,7 @@ def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table,
         group: the process group (None = default).
         scale, softcap, sinks: as pagedattn.paged_attention (a sink joins the merge once).
         sliding_window, alibi_slopes: must be off (NotImplementedError naming the feature).
+        merge: ``"fp32"`` or ``"pairwise"`` (see ContextParallelDecode).
 
     Returns:
         out ``[S, H, D]`` in the query dtype, or (out, lse ``[S, H]`` fp32) with return_lse;
@@ -362,7 +385,7 @@ def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table,
     if query.ndim != 3:
         raise ValueError(f"query.ndim = {query.ndim}: expected 3 ([num_seqs, num_heads, "
                          f"head_size])")
-    cp = ContextParallelDecode(group, device=query.device)
+    cp = ContextParallelDecode(group, device=query.device, merge=merge)
     cp.plan(local_block_table, local_seq_lens, num_heads=query.shape[1],
             num_kv_heads=local_cache.num_kv_heads, head_size=query.shape[2], scale=scale,
             softcap=softcap, sinks=sinks, sliding_window=sliding_window,
@@ -396,5 +419,5 @@ class _Clock:
 
 
 __all__ = ["SCHEMES", "LocalShard", "shard_seq_lens", "global_key_positions",
-           "shard_block_table", "merge_partial_states", "ContextParallelDecode",
+           "shard_block_table", "merge_partial_states", "merge_pairwise", "ContextParallelDecode",
            "context_parallel_decode"]

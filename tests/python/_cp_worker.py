@@ -54,6 +54,8 @@ def cases():
                     seq_lens=[1, 2, 3, 29], renumber=True))
     out.append(dict(dtype=torch.float32, scheme="interleaved", block_size=16,
                     seq_lens=[1, 5, 70], renumber=False, sinks=True, softcap=5.0))
+    out.append(dict(dtype=torch.bfloat16, scheme="interleaved", block_size=16,
+                    seq_lens=[1, 5, 70, 300], renumber=False, sinks=True, merge="pairwise"))
     out.append(dict(dtype=torch.float32, scheme="contiguous", block_size=16, seq_lens=[9],
                     renumber=True))  # one block: every rank but one empty
     return out
@@ -87,7 +89,8 @@ def run(rank, world, port, out_dir):
                 cache = pagedattn.KVCache(k, v)
             out, lse = cp.context_parallel_decode(q, cache, shard.block_table, shard.seq_lens,
                                                   scale=scale, softcap=softcap, sinks=sinks,
-                                                  return_lse=True)
+                                                  return_lse=True,
+                                                  merge=c.get("merge", "fp32"))
             tol = TOL[dtype]
             diff = (out.float() - single.float()).abs().max().item()
             diff_oracle = (out.float() - oracle).abs().max().item()
