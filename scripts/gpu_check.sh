@@ -19,6 +19,10 @@
 #     BatchAttention.run over the C++ call). MODE=check runs the same pytest step last, in
 #     the time it has left. Both need nanobind and torch for python3.
 #
+#   MODE=multi: decode context parallelism on >= 2 GPUs (NCCL tests, the Gloo pytest, the
+#     1- vs 2-GPU bench), with NVLink multicast off: scripts/gpu_check_multi.sh, which says so
+#     and exits 3 when fewer than two GPUs are visible.
+#
 #   bash scripts/gpu_check.sh            # from the repository root
 #   OUT=/some/dir JOBS=16 MODE=bench bash scripts/gpu_check.sh
 #
@@ -28,6 +32,7 @@
 # 3 without an NVIDIA GPU (nothing is built or run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ "${MODE:-}" = multi ]; then exec bash scripts/gpu_check_multi.sh; fi
 
 OUT="${OUT:-./out}"
 MODE="${MODE:-check}"
