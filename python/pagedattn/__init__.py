@@ -12,7 +12,9 @@ Quick start (numpy or torch tensors; any object with __dlpack__)::
 
 The functions are thin wrappers over the C++ library (include/pagedattn/*.h); see their
 docstrings for shapes and dtypes. With torch installed, torch.ops.pagedattn.* holds the same
-operations as torch custom ops (torch.compile-safe).
+operations as torch custom ops (torch.compile-safe). ``pagedattn.distributed`` (imported on
+its own: it needs torch) shards a decode step's KV across the ranks of a torch.distributed
+group (decode context parallelism, docs/context_parallel.md).
 """
 
 from . import _C
