@@ -66,8 +66,8 @@ def workloads(shrink: int):
 
 
 def build(lens, dtype, device, seed=0):
-    """The global batch, identical on every rank: a random block permutation, N(0, 1) keys
-    and values (generated on the device), the query."""
+    """The global batch, identical on every rank: a random block permutation (seeded), N(0, 1)
+    keys and values (generated on the device, then rank 0's broadcast), the query."""
     g = torch.Generator().manual_seed(seed)
     blocks = [-(-n // BS) for n in lens]
     pool = sum(blocks)
@@ -81,6 +81,10 @@ def build(lens, dtype, device, seed=0):
     k = torch.empty((pool, BS, KVH, D), dtype=dtype, device=device).normal_(generator=gd)
     v = torch.empty((pool, BS, KVH, D), dtype=dtype, device=device).normal_(generator=gd)
     q = torch.randn((len(lens), H, D), generator=g).to(device, dtype)
+    # Rank 0's values everywhere: a device generator need not give the same numbers on every
+    # GPU, and the 1-GPU comparison needs exactly the same cache.
+    for t in (k, v, q):
+        dist.broadcast(t, src=0)
     return q, k, v, bt, torch.tensor(lens, dtype=torch.int32)
 
 
