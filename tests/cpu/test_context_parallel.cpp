@@ -462,3 +462,61 @@ TEST(ContextParallel, ThreadAllGatherChecksSizes) {
 
 }  // namespace
 }  // namespace pagedattn
+
+namespace pagedattn {
+namespace {
+
+// plan once, run twice on one workspace: the same bits (no state carried between runs), and a
+// communicator of another rank than the plan's is refused by name before any collective.
+TEST(ContextParallel, PlanOnceRunTwiceAndRankCheck) {
+  CpConfig c;
+  c.world = 2;
+  c.seq_lens = {3, 50, 19};
+  Batch b(c);
+  auto comms = dist::make_thread_communicators(2);
+  ASSERT_TRUE(comms.ok());
+  std::vector<RankInputs> ranks{make_rank(b, 0), make_rank(b, 1)};
+  const std::int64_t s = b.num_seqs();
+  std::vector<std::vector<unsigned char>> first(2), second(2);
+  std::vector<Status> st(2);
+  auto body = [&](int r) {
+    RankInputs& in = ranks[r];
+    std::vector<unsigned char> out(static_cast<std::size_t>(s * c.num_heads * c.head_size) * 2);
+    AttentionArgs a;
+    a.query = b.query_view();
+    a.cache = in.cache;
+    a.block_table = TensorView::contiguous(in.shard.block_table.data(), DType::kInt32,
+                                           {s, in.shard.max_blocks_per_seq});
+    a.seq_lens = TensorView::contiguous(in.shard.seq_lens.data(), DType::kInt32, {s});
+    a.query_start_loc = TensorView::contiguous(b.qsl.data(), DType::kInt32, {s + 1});
+    a.out = TensorView::contiguous(out.data(), c.dtype, {s, c.num_heads, c.head_size});
+    a.params = b.params();
+    auto plan = dist::plan_context_parallel_decode(*(*comms)[r], a, HostMetadata::from_args(a));
+    if (!plan.ok()) { st[r] = plan.status(); return; }
+    // Another rank's communicator: refused before the all-gather.
+    const Status wrong = dist::run_context_parallel_decode(*plan, *(*comms)[1 - r], a, nullptr, 0);
+    if (wrong.code() != StatusCode::kInvalidArgument ||
+        wrong.message().find("plan was made for rank") == std::string::npos) {
+      st[r] = Status(StatusCode::kInternal, "wrong communicator not refused: " + wrong.to_string());
+      return;
+    }
+    std::vector<std::max_align_t> ws(plan->workspace_bytes / sizeof(std::max_align_t) + 1);
+    const std::size_t bytes = ws.size() * sizeof(std::max_align_t);
+    st[r] = dist::run_context_parallel_decode(*plan, *(*comms)[r], a, ws.data(), bytes);
+    first[r] = out;
+    std::fill(out.begin(), out.end(), 0xFF);
+    if (st[r].ok()) st[r] = dist::run_context_parallel_decode(*plan, *(*comms)[r], a, ws.data(), bytes);
+    second[r] = out;
+  };
+  std::thread t(body, 1);
+  body(0);
+  t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[r].ok()) << st[r].to_string();
+    EXPECT_EQ(first[r], second[r]) << "rank " << r;
+    EXPECT_EQ(first[r], first[0]);
+  }
+}
+
+}  // namespace
+}  // namespace pagedattn
