@@ -216,7 +216,9 @@ def _all_gather(x: torch.Tensor, group) -> torch.Tensor:
     world = dist.get_world_size(group)
     if world == 1:
         return x[None]
-    if dist.get_backend(group) == "nccl":
+    # One flat buffer where NCCL moves it ("nccl" or a "cpu:gloo,cuda:nccl" pair); a list
+    # otherwise (Gloo has no all_gather_into_tensor for every dtype).
+    if x.is_cuda and "nccl" in str(dist.get_backend(group)):
         buf = torch.empty((world,) + tuple(x.shape), dtype=x.dtype, device=x.device)
         dist.all_gather_into_tensor(buf, x.contiguous(), group=group)
         return buf
