@@ -99,8 +99,9 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
   const std::size_t qes = dtype_size(w.dtype);
   const std::size_t q_bytes = static_cast<std::size_t>(T) * H * D * qes;
   std::vector<unsigned char> out(std::max<std::size_t>(q_bytes, 1)), query(out.size());
-  PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(out.data(), in.out, q_bytes));
-  PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(query.data(), in.query, q_bytes));
+  auto* copy = in.copy_to_host ? in.copy_to_host : &cuda::copy_to_host;
+  PAGEDATTN_RETURN_IF_ERROR(copy(out.data(), in.out, q_bytes));
+  PAGEDATTN_RETURN_IF_ERROR(copy(query.data(), in.query, q_bytes));
 
   // Every row is written and none read poisoned memory: no NaN anywhere (the inputs are
   // finite, and so is every logit).
@@ -164,10 +165,10 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
       const std::int64_t phys = in.block_table[seqs[i] * in.max_blocks + j];
       const std::int64_t dst = first_block[i] + j;
       table[static_cast<std::size_t>(dst)] = static_cast<std::int32_t>(dst);
-      PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(hk.data() + dst * stride_bytes,
-                                                   dk + phys * stride_bytes, stride_bytes));
-      PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(hv.data() + dst * stride_bytes,
-                                                   dv + phys * stride_bytes, stride_bytes));
+      PAGEDATTN_RETURN_IF_ERROR(
+          copy(hk.data() + dst * stride_bytes, dk + phys * stride_bytes, stride_bytes));
+      PAGEDATTN_RETURN_IF_ERROR(
+          copy(hv.data() + dst * stride_bytes, dv + phys * stride_bytes, stride_bytes));
     }
   }
   KVCacheSpec spec{w.layout, total_blocks, w.block_size, w.num_kv_heads, w.head_size, w.kv_dtype,

@@ -5,6 +5,7 @@
 // NaN at that point (bench/runner.cpp), so an over-read shows as a NaN output.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ struct CheckInputs {
   std::vector<float> alibi_slopes;
   std::vector<float> sinks;
   float scale = 0.0f;
+  /// Copies `bytes` from the call's memory to the host; null = cuda::copy_to_host (tests pass
+  /// memcpy to check a CPU-computed output).
+  Status (*copy_to_host)(void* dst, const void* src, std::size_t bytes) = nullptr;
 };
 
 /// Compare the output of a finished call (the caller has synchronised) with the oracle, as

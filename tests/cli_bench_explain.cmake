@@ -1,4 +1,5 @@
-# CLI tests of `pagedattn explain --assume-device` and of the `bench --config / --matrix` flags
+# CLI tests of `pagedattn explain --assume-device` and of the `bench --config / --matrix` flags,
+# and the unit tests of the bench's output check (tests/bench/)
 # (issue 21 item 6), included from tests/CMakeLists.txt inside if(TARGET pagedattn_cli). They
 # need no GPU: explain answers for the preset device in any build (a CPU-only one included),
 # and bench's usage errors and --list come before any device is queried.
@@ -84,3 +85,10 @@ set_tests_properties(cli_explain_assume_h200_w1_takes_the_decode_fast_path
   cli_bench_matrix_filter_selects_rows cli_bench_config_list
   cli_bench_config_and_matrix_usage_errors
   PROPERTIES LABELS "cli;cpu")
+
+# The bench's output check (bench/check.h) on the host, against CPU-backend outputs: no GPU.
+if(TARGET pagedattn_bench)
+  pagedattn_add_test_executable(pagedattn_bench_tests unit
+    ${CMAKE_CURRENT_SOURCE_DIR}/bench/test_bench_check.cpp)
+  target_link_libraries(pagedattn_bench_tests PRIVATE pagedattn_bench)
+endif()
