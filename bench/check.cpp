@@ -81,10 +81,10 @@ CheckMode check_mode_for(const Workload& w, CheckMode mode) {
 
 std::string CheckReport::summary() const {
   if (mode == CheckMode::kNone) return "not checked";
-  return fmt::format("{} {}: {} seq{} x {} KV head{}, worst {:.3g} of the tolerance",
+  return fmt::format("{} {}: {} seq{} x {} head{}, worst {:.3g} of the tolerance",
                      pass ? "pass" : "FAIL", to_string(mode), seqs_checked,
-                     seqs_checked == 1 ? "" : "s", kv_heads_checked,
-                     kv_heads_checked == 1 ? "" : "s", worst_ratio);
+                     seqs_checked == 1 ? "" : "s", heads_checked, heads_checked == 1 ? "" : "s",
+                     worst_ratio);
 }
 
 Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
@@ -122,12 +122,19 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     }
   }
 
-  // The sequences and KV heads to recompute.
-  std::vector<int> seqs, heads;
+  // The sequences and query heads to recompute: (KV head, first query head of its group,
+  // count) each. Full: every group whole (its query heads share the key reads). Sampled: query
+  // heads 0 and H - 1 alone, the first and the last of their groups, so that a wrong GQA
+  // mapping shows, at a quarter of a group's cost on the longest sequence.
+  struct Heads {
+    int kv_head, g_begin, g_count;
+  };
+  std::vector<int> seqs;
+  std::vector<Heads> heads;
   if (mode == CheckMode::kFull) {
     for (int s = 0; s < num_seqs; ++s)
       if (query_len(w, s) > 0) seqs.push_back(s);
-    for (int h = 0; h < Hkv; ++h) heads.push_back(h);
+    for (int h = 0; h < Hkv; ++h) heads.push_back({h, 0, gqa});
   } else {
     int first = -1, last = -1, longest = -1;
     for (int s = 0; s < num_seqs; ++s) {
@@ -139,11 +146,12 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     for (int s : {first, longest, last})
       if (s >= 0 && std::find(seqs.begin(), seqs.end(), s) == seqs.end()) seqs.push_back(s);
     std::sort(seqs.begin(), seqs.end());
-    heads.push_back(0);
-    if (Hkv > 1) heads.push_back(Hkv - 1);
+    heads.push_back({0, 0, 1});
+    if (H > 1) heads.push_back({Hkv - 1, gqa - 1, 1});
   }
   report.seqs_checked = static_cast<int>(seqs.size());
-  report.kv_heads_checked = static_cast<int>(heads.size());
+  report.heads_checked = 0;
+  for (const Heads& h : heads) report.heads_checked += h.g_count;
   if (seqs.empty()) return report;
 
   // The checked sequences' blocks, copied into a compact host cache of the same layout.
@@ -178,7 +186,7 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
 
   struct Task {
     std::size_t seq_index = 0;
-    int kv_head = 0;
+    Heads heads{0, 0, 0};
     Status status = Status::Ok();
     double max_abs = 0, worst = 0;
     std::int64_t elements = 0;
@@ -186,10 +194,10 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
   };
   std::vector<Task> tasks;
   for (std::size_t i = 0; i < seqs.size(); ++i)
-    for (int h : heads) {
+    for (const Heads& h : heads) {
       Task t;
       t.seq_index = i;
-      t.kv_head = h;
+      t.heads = h;
       tasks.push_back(std::move(t));
     }
 
@@ -198,17 +206,18 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     const std::int64_t row0 = in.query_start_loc[s];
     const std::int64_t q = query_len(w, s);
     const std::int64_t nb = std::max<std::int64_t>(1, blocks_of(w, s));
-    std::vector<float> ref(static_cast<std::size_t>(q * gqa * D));
+    const int kvh = t.heads.kv_head, g0 = t.heads.g_begin, ng = t.heads.g_count;
+    const std::int64_t head0 = std::int64_t{kvh} * gqa + g0;  // first query head of the task
+    std::vector<float> ref(static_cast<std::size_t>(q * ng * D));
     std::int32_t seq_len = w.seq_lens[s];
     std::int32_t qsl[2] = {0, static_cast<std::int32_t>(q)};
     AttentionArgs a;
-    a.query = TensorView::strided(
-        query.data() + ((row0 * H) + std::int64_t{t.kv_head} * gqa) * D * qes, w.dtype,
-        {q, gqa, D}, {std::int64_t{H} * D, D, 1});
-    a.out = TensorView::contiguous(ref.data(), DType::kFloat32, {q, gqa, D});
+    a.query = TensorView::strided(query.data() + (row0 * H + head0) * D * qes, w.dtype,
+                                  {q, ng, D}, {std::int64_t{H} * D, D, 1});
+    a.out = TensorView::contiguous(ref.data(), DType::kFloat32, {q, ng, D});
     a.cache = *host_cache;
-    a.cache.key = one_kv_head(host_cache->key, w.layout, t.kv_head);
-    a.cache.value = one_kv_head(host_cache->value, w.layout, t.kv_head);
+    a.cache.key = one_kv_head(host_cache->key, w.layout, kvh);
+    a.cache.value = one_kv_head(host_cache->value, w.layout, kvh);
     a.block_table = TensorView::contiguous(table.data() + first_block[t.seq_index],
                                            DType::kInt32, {1, nb});
     a.seq_lens = TensorView::contiguous(&seq_len, DType::kInt32, {1});
@@ -218,25 +227,23 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     a.params.sliding_window = w.sliding_window;
     std::vector<float> slopes, sinks;
     if (!in.alibi_slopes.empty()) {
-      slopes.assign(in.alibi_slopes.begin() + std::int64_t{t.kv_head} * gqa,
-                    in.alibi_slopes.begin() + std::int64_t{t.kv_head + 1} * gqa);
-      a.params.alibi_slopes = TensorView::contiguous(slopes.data(), DType::kFloat32, {gqa});
+      slopes.assign(in.alibi_slopes.begin() + head0, in.alibi_slopes.begin() + head0 + ng);
+      a.params.alibi_slopes = TensorView::contiguous(slopes.data(), DType::kFloat32, {ng});
     }
     if (!in.sinks.empty()) {
-      sinks.assign(in.sinks.begin() + std::int64_t{t.kv_head} * gqa,
-                   in.sinks.begin() + std::int64_t{t.kv_head + 1} * gqa);
-      a.params.sinks = TensorView::contiguous(sinks.data(), DType::kFloat32, {gqa});
+      sinks.assign(in.sinks.begin() + head0, in.sinks.begin() + head0 + ng);
+      a.params.sinks = TensorView::contiguous(sinks.data(), DType::kFloat32, {ng});
     }
     t.status = reference_attention(a);
     if (!t.status.ok()) return;
     const testing::Tolerance tol = testing::tolerance_for(w.dtype, w.kv_dtype, row_keys(w, s));
     for (std::int64_t r = 0; r < q; ++r)
-      for (int g = 0; g < gqa; ++g)
+      for (int g = 0; g < ng; ++g)
         for (int d = 0; d < D; ++d) {
-          const int head = t.kv_head * gqa + g;
+          const std::int64_t head = head0 + g;
           const float got =
               numeric::load_as_float(out.data(), w.dtype, ((row0 + r) * H + head) * D + d);
-          const double want = ref[static_cast<std::size_t>((r * gqa + g) * D + d)];
+          const double want = ref[static_cast<std::size_t>((r * ng + g) * D + d)];
           const double err = std::fabs(static_cast<double>(got) - want);
           const double ratio = err / (tol.atol + tol.rtol * std::fabs(want));
           ++t.elements;

@@ -20,10 +20,11 @@ namespace pagedattn::bench {
 enum class CheckMode : std::uint8_t {
   kNone,
   /// Every output element must be finite; the oracle recomputes the first, the longest and the
-  /// last sequence (those with query rows), KV heads 0 and num_kv_heads - 1 of each. The
-  /// longest sequence is the one a skewed batch splits.
+  /// last sequence (those with query rows), query heads 0 and num_heads - 1 of each (KV heads
+  /// 0 and last, the first and the last head of their GQA groups). The longest sequence is
+  /// the one a skewed batch splits.
   kSampled,
-  /// Every element must be finite and every (sequence, KV head) is recomputed.
+  /// Every element must be finite and every (sequence, query head) is recomputed.
   kFull,
   /// kFull when the oracle's work is small (check_mode_for), else kSampled.
   kAuto,
@@ -42,12 +43,12 @@ struct CheckReport {
   CheckMode mode = CheckMode::kNone;
   bool pass = true;
   int seqs_checked = 0;
-  int kv_heads_checked = 0;      // per checked sequence
+  int heads_checked = 0;         // query heads per checked sequence
   std::int64_t elements = 0;     // elements compared with the oracle
   double max_abs_error = 0;
   double worst_ratio = 0;        // max |out - ref| / (atol + rtol |ref|); pass needs <= 1
   std::string detail;            // the first failure, empty on a pass
-  /// "sampled: 3 of 64 sequences x 2 of 8 KV heads, worst 0.12 of the tolerance" for tables.
+  /// "pass sampled: 3 seqs x 2 heads, worst 0.12 of the tolerance".
   std::string summary() const;
 };
 
@@ -75,7 +76,7 @@ struct CheckInputs {
 /// Compare the output of a finished call (the caller has synchronised) with the oracle, as
 /// `mode` (not kNone; kAuto is resolved with check_mode_for) says. Host memory: the cache
 /// blocks of the checked sequences plus query and output. The oracle runs on up to
-/// hardware_concurrency threads, one (sequence, KV head) each.
+/// hardware_concurrency threads, one (sequence, KV head or query head) each.
 /// Errors: copy failures and oracle errors (a configuration the oracle rejects), as Status; a
 /// mismatch is a report with pass = false, not an error.
 Result<CheckReport> check_output(const CheckInputs& inputs, CheckMode mode);

@@ -405,7 +405,7 @@ int run_bench(const BenchFlags& f) {
     row["check"] = {{"mode", bench::to_string(ck.mode)},
                     {"pass", ck.pass},
                     {"seqs", ck.seqs_checked},
-                    {"kv_heads", ck.kv_heads_checked},
+                    {"heads", ck.heads_checked},
                     {"elements", ck.elements},
                     {"max_abs_error", std::isfinite(ck.max_abs_error)
                                           ? nlohmann::json(ck.max_abs_error)
@@ -513,7 +513,7 @@ Action register_bench(CLI::App& app) {
       ->check(kNonEmpty);
   cmd->add_option("--check", flags->check,
                   "compare one call's output with the oracle before timing: sampled (the "
-                  "default for workloads and --matrix: first, longest and last sequence, KV "
+                  "default for workloads and --matrix: first, longest and last sequence, query "
                   "heads 0 and last; every output element finite), full, auto (the default for "
                   "--config: full when the oracle's work is small), none")
       ->check(kNonEmpty);

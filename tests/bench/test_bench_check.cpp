@@ -156,12 +156,13 @@ TEST(BenchCheck, PassesTheCpuBackendInEveryLayoutAndDtype) {
         EXPECT_GT(r->worst_ratio, 0.0);  // a real comparison happened
         if (mode == CheckMode::kSampled) {
           EXPECT_EQ(r->seqs_checked, 3);
-          EXPECT_EQ(r->kv_heads_checked, 2);
-          EXPECT_EQ(r->elements, 3 * 8 * 64);
+          EXPECT_EQ(r->heads_checked, 2);  // query heads 0 and 7
+          EXPECT_EQ(r->elements, 3 * 2 * 64);
         } else {
           // kAuto resolves to full on a batch this small.
           EXPECT_EQ(r->mode, CheckMode::kFull);
           EXPECT_EQ(r->seqs_checked, 4);
+          EXPECT_EQ(r->heads_checked, 8);
           EXPECT_EQ(r->elements, 4 * 8 * 64);
         }
       }
