@@ -2,7 +2,8 @@
 // access, tile, splits, shared memory, threads, workspace and the reason — and which writer
 // write_kv would use for the same cache (DESIGN.md §3: one decision for writer and reader).
 // It plans through plan_attention, the same path `run` takes, on shapes only (no memory that
-// grows with the lengths: tools/shape_plan.h).
+// grows with the lengths: tools/shape_plan.h). `--assume-device h200` answers for a preset GPU
+// (tools/device_presets.h) without querying one, in any build: select_kernel's decision.
 // Exit status: 0, 2 invalid or unsupported configuration, 3 device unavailable.
 #include <cstdio>
 #include <fmt/format.h>
