@@ -62,6 +62,16 @@ add_test(NAME cli_bench_config_list
                  echo \"$out\" | grep -q '^config-2 *nhd_bs16_h128_q32kv8_bf16_.*s64_max4096' &&
                  ! echo \"$out\" | grep -q '^W1 '"
           $<TARGET_FILE:pagedattn_cli>)
+# --list --assume-device: select_kernel's decision for every row on the preset, without a GPU;
+# the W1 row takes the decode fast path, and every row says a kernel or why not.
+add_test(NAME cli_bench_list_assume_h200
+  COMMAND sh -c "out=$(\"$0\" bench --matrix --list --assume-device h200); r=$?; echo \"$out\" | head -4;
+                 test $r -eq 0 && echo \"$out\" | grep -q '^# select_kernel.s decision on NVIDIA H200 (assumed)' &&
+                 echo \"$out\" | grep -E -q '^bf16/h128/nhd/64x4096 +[0-9]+  cuda_decode_mma_splitkv ' &&
+                 test $(echo \"$out\" | grep -E -c ' cuda_[a-z_]+ | unsupported: ') -eq 240 &&
+                 out=$(\"$0\" bench --workloads W1,T-conv-mixed --list --assume-device h100); r=$?;
+                 echo \"$out\"; test $r -eq 0 && echo \"$out\" | grep -E -q '^W1 +[0-9]+  cuda_decode_mma_splitkv '"
+          $<TARGET_FILE:pagedattn_cli>)
 # Each usage error is exit status 2 with a message naming what is wrong.
 add_test(NAME cli_bench_config_and_matrix_usage_errors
   COMMAND sh -c "bad() { want=$1; shift; err=$(\"$0\" bench \"$@\" 2>&1); r=$?; echo \"$*: $err\";
@@ -77,13 +87,15 @@ add_test(NAME cli_bench_config_and_matrix_usage_errors
                  bad '--matrix-filter needs --matrix' --matrix-filter h128 &&
                  bad \"--matrix-filter 'nomatch' selects no row\" --matrix --matrix-filter nomatch &&
                  bad \"--check 'bogus': expected none, sampled, full or auto\" --check bogus &&
-                 bad '--budget-ms -3: expected 0' --budget-ms -3"
+                 bad '--budget-ms -3: expected 0' --budget-ms -3 &&
+                 bad '--assume-device needs --list' --matrix --assume-device h200 &&
+                 bad \"--assume-device 'h1': expected one of\" --matrix --list --assume-device h1"
           $<TARGET_FILE:pagedattn_cli>)
 set_tests_properties(cli_explain_assume_h200_w1_takes_the_decode_fast_path
   cli_explain_assume_h200_json cli_explain_assume_h200_forced_tile_is_tiled
   cli_explain_assume_device_usage_errors cli_bench_matrix_list
   cli_bench_matrix_filter_selects_rows cli_bench_config_list
-  cli_bench_config_and_matrix_usage_errors
+  cli_bench_config_and_matrix_usage_errors cli_bench_list_assume_h200
   PROPERTIES LABELS "cli;cpu")
 
 # The bench's output check (bench/check.h) on the host, against CPU-backend outputs: no GPU.

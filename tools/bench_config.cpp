@@ -213,4 +213,29 @@ bench::Workload to_workload(const testing::CaseConfig& c, const std::string& nam
   return w;
 }
 
+testing::CaseConfig to_case_config(const bench::Workload& w, const PlanOptions& plan) {
+  testing::CaseConfig c;
+  c.device = Device::cuda(0);
+  c.layout = w.layout;
+  c.num_heads = w.num_heads;
+  c.num_kv_heads = w.num_kv_heads;
+  c.head_size = w.head_size;
+  c.block_size = w.block_size;
+  c.dtype = w.dtype;
+  c.kv_dtype = w.kv_dtype;
+  c.page_pad = w.page_pad;
+  c.seq_lens = w.seq_lens;
+  c.query_lens = w.query_lens.empty() ? std::vector<int>(w.seq_lens.size(), 1) : w.query_lens;
+  c.softcap = w.softcap;
+  c.sliding_window = w.sliding_window;
+  c.alibi = w.alibi;
+  c.sinks = w.sinks;
+  c.k_scale = w.k_scale;
+  c.v_scale = w.v_scale;
+  c.lse = false;
+  c.plan = plan;
+  c.name = testing::case_name(c);
+  return c;
+}
+
 }  // namespace pagedattn::cli

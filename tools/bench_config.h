@@ -54,4 +54,8 @@ std::vector<BenchRow> filter_rows(const std::vector<BenchRow>& rows, const std::
 bench::Workload to_workload(const testing::CaseConfig& c, const std::string& name,
                             const std::string& group);
 
+/// The case configuration of a named bench workload (the inverse of to_workload, with
+/// `plan`), for planning it on shapes (`bench --list --assume-device`).
+testing::CaseConfig to_case_config(const bench::Workload& w, const PlanOptions& plan);
+
 }  // namespace pagedattn::cli

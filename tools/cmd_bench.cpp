@@ -19,8 +19,10 @@
 #include "bench/runner.h"
 #include "bench/workloads.h"
 #include "pagedattn/pagedattn.h"
+#include "tools/assumed_plan.h"
 #include "tools/bench_config.h"
 #include "tools/commands.h"
+#include "tools/device_presets.h"
 #include "tools/shape_plan.h"
 
 namespace pagedattn::cli {
@@ -53,6 +55,7 @@ struct BenchFlags {
   std::string check;        // empty: not given (sampled; auto for --config)
   double budget_ms = -1;    // -1: not given (0 for named workloads and --config, 100 for --matrix)
   bool list = false;
+  std::string assume_device;  // with --list: the decisions for a preset GPU
   /// Options whose presence matters (given or defaulted).
   const CLI::Option* workloads_option = nullptr;
   const CLI::Option* budget_option = nullptr;
@@ -132,7 +135,7 @@ int run_bench(const BenchFlags& f) {
 
   // Which rows: the named workloads (unless only --config / --matrix rows are asked for),
   // then the --config rows, then the matrix.
-  const bool only_rows = (!f.configs.empty() || f.matrix) &&
+  const bool only_rows = (!f.configs.empty() || f.matrix) && !f.sweep &&
                          (f.workloads_option == nullptr || f.workloads_option->count() == 0);
   if (!f.matrix_filter.empty() && !f.matrix) return usage("--matrix-filter needs --matrix");
   bench::CheckMode check_named = bench::CheckMode::kSampled, check_rows = bench::CheckMode::kAuto,
@@ -211,9 +214,35 @@ int run_bench(const BenchFlags& f) {
     for (const BenchRow& r : rows)
       add_row(r, "matrix", check_matrix, f.budget_ms >= 0 ? f.budget_ms : 100.0);
   }
+  if (!f.assume_device.empty() && !f.list)
+    return usage("--assume-device needs --list (timing needs the real GPU)");
   if (f.list) {
-    for (const Item& it : items)
-      fmt::print("{:<36} {}\n", it.workload.name, it.workload.description);
+    if (f.assume_device.empty()) {
+      for (const Item& it : items)
+        fmt::print("{:<36} {}\n", it.workload.name, it.workload.description);
+      return kExitOk;
+    }
+    // What select_kernel would choose for each row on the preset, without a GPU.
+    auto preset = assumed_device(f.assume_device);
+    if (!preset.ok()) return usage(preset.status().message());
+    fmt::print("# select_kernel's decision on {} (no GPU queried; the CUDA backend's plan-time "
+               "refinements, such as the small-call kernel of a one-wave decode, are not "
+               "made)\n",
+               preset->name);
+    fmt::print("{:<36} {:>7}  {:<26} {}\n", "row", "splits", "kernel", "description");
+    for (const Item& it : items) {
+      const testing::CaseConfig c =
+          it.from_config ? it.config : to_case_config(it.workload, it.plan);
+      auto choice = select_on_assumed_device(c, *preset);
+      if (!choice.ok()) {
+        fmt::print("{:<36} {}: {}\n", it.workload.name,
+                   choice.status().code() == StatusCode::kUnsupported ? "unsupported" : "invalid",
+                   choice.status().message());
+        continue;
+      }
+      fmt::print("{:<36} {:>7}  {:<26} {}\n", it.workload.name, choice->num_splits,
+                 kernel_label(*choice), it.workload.description);
+    }
     return kExitOk;
   }
   auto info = query_device(Device::cuda(0));
@@ -526,6 +555,11 @@ Action register_bench(CLI::App& app) {
   flags->budget_option = budget;
   cmd->add_flag("--list", flags->list,
                 "print the rows that would run (name, description) and exit, without a GPU");
+  cmd->add_option("--assume-device", flags->assume_device,
+                  std::string("with --list: also the kernel and splits select_kernel chooses for "
+                              "each row on a preset GPU (") +
+                      kAssumableDevices + "), in any build")
+      ->check(kNonEmpty);
   cmd->add_flag("--sweep", flags->sweep, "also run the context-length and batch-size sweeps");
   cmd->add_option("--iters", flags->iters, "timed calls per workload (median reported)");
   cmd->add_option("--warmup", flags->warmup, "untimed calls first");

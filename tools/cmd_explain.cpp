@@ -14,6 +14,7 @@
 #include "pagedattn/pagedattn.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
+#include "tools/assumed_plan.h"
 #include "tools/device_presets.h"
 #include "tools/shape_plan.h"
 
@@ -27,17 +28,6 @@ struct ExplainFlags {
   ConfigFlags config;
   std::string assume_device;  // empty: the real device
 };
-
-/// The decision for an assumed device (tools/device_presets.h): the configuration is planned
-/// on the CPU, which validates it and summarises the batch exactly as for any device, and the
-/// problem is then handed to select_kernel with the preset's DeviceInfo as a CUDA problem.
-/// No GPU is queried, so it answers in a CPU-only build too.
-Result<KernelChoice> choose_for_assumed(const ShapePlan& shaped, const DeviceInfo& info,
-                                        const PlanOptions& options, ProblemDesc* problem) {
-  *problem = shaped.plan.problem();
-  problem->device = info.device;
-  return select_kernel(*problem, info, options);
-}
 
 int run_explain(const ExplainFlags& ef) {
   const ConfigFlags& flags = ef.config;
@@ -60,20 +50,24 @@ int run_explain(const ExplainFlags& ef) {
     if (!device.ok()) return fail(device.status());
     d = *device;
   }
-  // With an assumed device the shapes are planned on the CPU (see choose_for_assumed).
+  // With an assumed device the shapes are planned on the CPU (tools/assumed_plan.h).
   auto cfg = to_case_config(flags, assumed ? Device::cpu() : d);
   if (!cfg.ok()) return fail(cfg.status());
   const testing::CaseConfig& c = *cfg;
-  auto shaped = plan_on_shapes(c, /*with_lse=*/false);
-  if (!shaped.ok()) return fail(shaped.status());
-  const KVCache* cache = &shaped->cache;
+  Result<ShapePlan> shaped = Status(StatusCode::kInternal, "not planned");
   ProblemDesc assumed_problem;
   KernelChoice assumed_choice;
   if (assumed) {
-    auto choice = choose_for_assumed(*shaped, preset, c.plan, &assumed_problem);
+    ShapePlan cpu_plan;
+    auto choice = select_on_assumed_device(c, preset, &cpu_plan, &assumed_problem);
     if (!choice.ok()) return fail(choice.status());
     assumed_choice = *choice;
+    shaped = cpu_plan;
+  } else {
+    shaped = plan_on_shapes(c, /*with_lse=*/false);
+    if (!shaped.ok()) return fail(shaped.status());
   }
+  const KVCache* cache = &shaped->cache;
   const KernelChoice& k = assumed ? assumed_choice : shaped->plan.choice();
   const ProblemDesc& p = assumed ? assumed_problem : shaped->plan.problem();
   // The workspace is sized by the backend's plan, which needs the real device.
