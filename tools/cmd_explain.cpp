@@ -12,9 +12,9 @@
 #include <string>
 
 #include "pagedattn/pagedattn.h"
+#include "tools/assumed_plan.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
-#include "tools/assumed_plan.h"
 #include "tools/device_presets.h"
 #include "tools/shape_plan.h"
 
