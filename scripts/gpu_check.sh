@@ -26,7 +26,8 @@
 #
 # $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, report.md,
 # bench.png and results.tgz (bench.json, bench.csv, bench_split.json, bench_dirty.json,
-# bench_matrix.json, bench_matrix.csv, sdpa.json, sdpa_dirty.json, report.md, report_dirty.md). Exit status 0 iff every step passed;
+# bench_matrix.json, bench_matrix.csv, sdpa.json, sdpa_dirty.json, report.md, report_dirty.md,
+# report_matrix.md). Exit status 0 iff every step passed;
 # 3 without an NVIDIA GPU (nothing is built or run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -260,7 +261,9 @@ if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ] && [ "$MO
   run_limited 240 5 "$CLI" bench --matrix --json "$OUT/bench_matrix.json" \
     --csv "$OUT/bench_matrix.csv" > "$LOG/bench_matrix.log" 2>&1
   mrc=$?; t1=$(date +%s)
-  record bench_matrix "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $mrc$([ $mrc -eq 124 ] && echo ', TIMEOUT')"
+  [ -s "$OUT/bench_matrix.json" ] && python3 bench/report.py "$OUT/bench_matrix.json" \
+    --markdown "$OUT/report_matrix.md" >> "$LOG/report.log" 2>&1
+  record bench_matrix "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $mrc$([ $mrc -eq 124 ] && echo ', TIMEOUT'); report_matrix.md"
   cat "$LOG/bench.log"
   cat "$OUT/report.md" "$OUT/report_dirty.md" 2>/dev/null
   cat "$LOG/bench_matrix.log"
