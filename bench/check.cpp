@@ -102,6 +102,18 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
   auto* copy = in.copy_to_host ? in.copy_to_host : &cuda::copy_to_host;
   PAGEDATTN_RETURN_IF_ERROR(copy(out.data(), in.out, q_bytes));
   PAGEDATTN_RETURN_IF_ERROR(copy(query.data(), in.query, q_bytes));
+  std::vector<float> lse(in.lse ? static_cast<std::size_t>(T) * H : 0);
+  if (in.lse) PAGEDATTN_RETURN_IF_ERROR(copy(lse.data(), in.lse, lse.size() * sizeof(float)));
+  for (std::size_t i = 0; i < lse.size(); ++i) {
+    if (!std::isfinite(lse[i])) {
+      const std::int64_t row = static_cast<std::int64_t>(i) / H;
+      report.pass = false;
+      report.detail = fmt::format("lse of output token {}, head {} is {} (an unwritten row?)",
+                                  row, static_cast<std::int64_t>(i) % H, lse[i]);
+      report.worst_ratio = INFINITY;
+      return report;
+    }
+  }
 
   // Every row is written and none read poisoned memory: no NaN anywhere (the inputs are
   // finite, and so is every logit).
@@ -209,12 +221,14 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     const int kvh = t.heads.kv_head, g0 = t.heads.g_begin, ng = t.heads.g_count;
     const std::int64_t head0 = std::int64_t{kvh} * gqa + g0;  // first query head of the task
     std::vector<float> ref(static_cast<std::size_t>(q * ng * D));
+    std::vector<float> ref_lse(in.lse ? static_cast<std::size_t>(q * ng) : 0);
     std::int32_t seq_len = w.seq_lens[s];
     std::int32_t qsl[2] = {0, static_cast<std::int32_t>(q)};
     AttentionArgs a;
     a.query = TensorView::strided(query.data() + (row0 * H + head0) * D * qes, w.dtype,
                                   {q, ng, D}, {std::int64_t{H} * D, D, 1});
     a.out = TensorView::contiguous(ref.data(), DType::kFloat32, {q, ng, D});
+    if (in.lse) a.lse = TensorView::contiguous(ref_lse.data(), DType::kFloat32, {q, ng});
     a.cache = *host_cache;
     a.cache.key = one_kv_head(host_cache->key, w.layout, kvh);
     a.cache.value = one_kv_head(host_cache->value, w.layout, kvh);
@@ -237,6 +251,22 @@ Result<CheckReport> check_output(const CheckInputs& in, CheckMode requested) {
     t.status = reference_attention(a);
     if (!t.status.ok()) return;
     const testing::Tolerance tol = testing::tolerance_for(w.dtype, w.kv_dtype, row_keys(w, s));
+    // The LSE is fp32 whatever the dtype, and gets the output's budget (as the test harness).
+    for (std::int64_t r = 0; r < q && in.lse; ++r)
+      for (int g = 0; g < ng; ++g) {
+        const std::int64_t head = head0 + g;
+        const double got = lse[static_cast<std::size_t>((row0 + r) * H + head)];
+        const double want = ref_lse[static_cast<std::size_t>(r * ng + g)];
+        const double err = std::fabs(got - want);
+        const double ratio = err / (tol.atol + tol.rtol * std::fabs(want));
+        ++t.elements;
+        if (!(ratio <= t.worst)) {
+          t.worst = std::isnan(ratio) ? INFINITY : ratio;
+          if (t.worst > 1 && t.detail.empty())
+            t.detail = fmt::format("lse of sequence {} (seq_len {}), query row {}, head {}: got "
+                                   "{}, oracle {}", s, w.seq_lens[s], r, head, got, want);
+        }
+      }
     for (std::int64_t r = 0; r < q; ++r)
       for (int g = 0; g < ng; ++g)
         for (int d = 0; d < D; ++d) {

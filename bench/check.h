@@ -64,6 +64,9 @@ struct CheckInputs {
   /// Device query and output [num_tokens, num_heads, head_size], dense, of workload->dtype.
   const void* query = nullptr;
   const void* out = nullptr;
+  /// Device LSE [num_tokens, num_heads] fp32, when the call wrote one (null otherwise); it is
+  /// checked as the output is (finite everywhere, the oracle's within the same tolerance).
+  const void* lse = nullptr;
   /// Host ALiBi slopes / sink logits [num_heads] (empty when the feature is off).
   std::vector<float> alibi_slopes;
   std::vector<float> sinks;

@@ -129,7 +129,7 @@ Result<BenchResult> run_workload(const Workload& w, int device,
   if (!shape_check.ok()) return shape_check.status();
   const std::size_t kv_bytes = static_cast<std::size_t>(*elems) * dtype_size(w.kv_dtype);
   const std::size_t q_elems = static_cast<std::size_t>(num_tokens) * w.num_heads * w.head_size;
-  DeviceBuffer k, v, q, out, d_table, d_lens, d_qsl, d_alibi, d_sinks;
+  DeviceBuffer k, v, q, out, d_table, d_lens, d_qsl, d_alibi, d_sinks, d_lse;
   PAGEDATTN_RETURN_IF_ERROR(k.allocate(kv_bytes));
   PAGEDATTN_RETURN_IF_ERROR(v.allocate(kv_bytes));
   PAGEDATTN_RETURN_IF_ERROR(q.allocate(q_elems * dtype_size(w.dtype)));
@@ -153,6 +153,11 @@ Result<BenchResult> run_workload(const Workload& w, int device,
   args.block_table = TensorView::contiguous(d_table.get(), DType::kInt32, {num_seqs, max_blocks}, dev);
   args.seq_lens = TensorView::contiguous(d_lens.get(), DType::kInt32, {num_seqs}, dev);
   args.query_start_loc = TensorView::contiguous(d_qsl.get(), DType::kInt32, {num_seqs + 1}, dev);
+  const std::size_t lse_bytes = static_cast<std::size_t>(num_tokens) * w.num_heads * 4;
+  if (w.lse) {
+    PAGEDATTN_RETURN_IF_ERROR(d_lse.allocate(lse_bytes));
+    args.lse = TensorView::contiguous(d_lse.get(), DType::kFloat32, {num_tokens, w.num_heads}, dev);
+  }
   args.params.scale = w.scale > 0 ? w.scale : default_scale(w.head_size);
   args.params.softcap = w.softcap;
   args.params.sliding_window = w.sliding_window;
@@ -201,6 +206,8 @@ Result<BenchResult> run_workload(const Workload& w, int device,
         poison_cache(w, cache->value, w.layout, table, max_blocks, unused, pool));
     const std::size_t out_bytes = q_elems * dtype_size(w.dtype);
     PAGEDATTN_RETURN_IF_ERROR(cuda::bench::memset_2d(out.get(), out_bytes, 0xFF, out_bytes, 1));
+    if (w.lse)
+      PAGEDATTN_RETURN_IF_ERROR(cuda::bench::memset_2d(d_lse.get(), lse_bytes, 0xFF, lse_bytes, 1));
     PAGEDATTN_RETURN_IF_ERROR(call(nullptr));
     PAGEDATTN_RETURN_IF_ERROR(cuda::device_synchronize(device));
     CheckInputs in;
@@ -211,6 +218,7 @@ Result<BenchResult> run_workload(const Workload& w, int device,
     in.query_start_loc = qsl.data();
     in.query = q.get();
     in.out = out.get();
+    in.lse = w.lse ? d_lse.get() : nullptr;
     in.alibi_slopes = slopes;
     in.sinks = sinks;
     in.scale = args.params.scale;

@@ -152,7 +152,8 @@ std::int64_t useful_bytes(const Workload& w) {
                           static_cast<std::int64_t>(dtype_size(w.kv_dtype));
   const std::int64_t qo = 2 * q_tokens * w.num_heads * w.head_size *
                           static_cast<std::int64_t>(dtype_size(w.dtype));
-  return kv + qo;
+  const std::int64_t lse = w.lse ? q_tokens * w.num_heads * 4 : 0;
+  return kv + qo + lse;
 }
 
 }  // namespace pagedattn::bench

@@ -40,6 +40,8 @@ struct Workload {
   /// harness's boosted scale (testing::case_scale), whose peaked softmax makes the output
   /// check sensitive to a missing or extra key.
   float scale = 0.0f;
+  /// Also write the log-sum-exp output (`[num_tokens, num_heads]` fp32; `bench --lse`).
+  bool lse = false;
 };
 
 /// W1-W7 exactly as DESIGN.md §6 and the issue define them, bf16, in `layout`. W4's lengths
@@ -59,7 +61,8 @@ std::vector<Workload> sweep_workloads(KVLayout layout);
 /// (each read once, shared across a GQA group; at dtype_size(kv_dtype) bytes, so 1 per fp8
 /// element) + the query rows + the output rows. A sequence with query_len 0 reads nothing; with
 /// a sliding window W a sequence reads only its last min(seq_len, W + query_len - 1) keys.
-/// The ALiBi slopes and sink logits (a few bytes per head) are not counted.
+/// With `lse`, the fp32 log-sum-exp output (4 bytes per query row and head) is counted too;
+/// the ALiBi slopes and sink logits (a few bytes per head) are not.
 std::int64_t useful_bytes(const Workload& w);
 
 /// Deterministic 64-bit generator (splitmix64) so workloads are identical everywhere.

@@ -55,6 +55,7 @@ struct BenchFlags {
   std::string check;        // empty: not given (sampled; auto for --config)
   double budget_ms = -1;    // -1: not given (0 for named workloads and --config, 100 for --matrix)
   bool list = false;
+  bool lse = false;
   std::string assume_device;  // with --list: the decisions for a preset GPU
   /// Options whose presence matters (given or defaulted).
   const CLI::Option* workloads_option = nullptr;
@@ -214,6 +215,7 @@ int run_bench(const BenchFlags& f) {
     for (const BenchRow& r : rows)
       add_row(r, "matrix", check_matrix, f.budget_ms >= 0 ? f.budget_ms : 100.0);
   }
+  for (Item& it : items) it.workload.lse = f.lse;
   if (!f.assume_device.empty() && !f.list)
     return usage("--assume-device needs --list (timing needs the real GPU)");
   if (f.list) {
@@ -233,7 +235,7 @@ int run_bench(const BenchFlags& f) {
     for (const Item& it : items) {
       const testing::CaseConfig c =
           it.from_config ? it.config : to_case_config(it.workload, it.plan);
-      auto choice = select_on_assumed_device(c, *preset);
+      auto choice = select_on_assumed_device(c, *preset, it.workload.lse);
       if (!choice.ok()) {
         fmt::print("{:<36} {}: {}\n", it.workload.name,
                    choice.status().code() == StatusCode::kUnsupported ? "unsupported" : "invalid",
@@ -323,7 +325,7 @@ int run_bench(const BenchFlags& f) {
     // shapes before anything is allocated.
     Status st = Status::Ok();
     if (it.from_config) {
-      auto shaped = plan_on_shapes(it.config, /*with_lse=*/false);
+      auto shaped = plan_on_shapes(it.config, w.lse);
       if (!shaped.ok()) st = shaped.status();
     }
     Result<bench::BenchResult> r = st;
@@ -422,6 +424,7 @@ int run_bench(const BenchFlags& f) {
     row["layout"] = to_string(w.layout);
     row["dtype"] = to_string(w.dtype);
     row["kv_dtype"] = to_string(w.kv_dtype);
+    row["lse"] = w.lse;
     if (w.softcap > 0 || w.sliding_window > 0 || w.alibi || w.sinks)
       row["features"] = {{"softcap", w.softcap}, {"sliding_window", w.sliding_window},
                          {"alibi", w.alibi}, {"sinks", w.sinks}};
@@ -553,6 +556,9 @@ Action register_bench(CLI::App& app) {
                       "otherwise)");
   budget->default_str("");
   flags->budget_option = budget;
+  cmd->add_flag("--lse", flags->lse,
+                "every row also writes the log-sum-exp output (fp32 [tokens, heads]; its bytes "
+                "count, and the check compares it with the oracle's)");
   cmd->add_flag("--list", flags->list,
                 "print the rows that would run (name, description) and exit, without a GPU");
   cmd->add_option("--assume-device", flags->assume_device,

@@ -59,7 +59,8 @@ int run_explain(const ExplainFlags& ef) {
   KernelChoice assumed_choice;
   if (assumed) {
     ShapePlan cpu_plan;
-    auto choice = select_on_assumed_device(c, preset, &cpu_plan, &assumed_problem);
+    auto choice = select_on_assumed_device(c, preset, /*with_lse=*/false, &cpu_plan,
+                                           &assumed_problem);
     if (!choice.ok()) return fail(choice.status());
     assumed_choice = *choice;
     shaped = cpu_plan;

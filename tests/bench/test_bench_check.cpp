@@ -30,6 +30,7 @@ struct Batch {
   std::vector<std::int32_t> table, qsl;
   std::int64_t max_blocks = 0;
   std::vector<unsigned char> k, v, q, out;
+  std::vector<float> lse;  // when w.lse
   std::vector<float> slopes, sinks;
   KVCache cache;
   float scale = 0;
@@ -78,6 +79,10 @@ struct Batch {
     AttentionArgs a;
     a.query = TensorView::contiguous(q.data(), w.dtype, {T, w.num_heads, w.head_size});
     a.out = TensorView::contiguous(out.data(), w.dtype, {T, w.num_heads, w.head_size});
+    if (w.lse) {
+      lse.assign(static_cast<std::size_t>(T * w.num_heads), 0.0f);
+      a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {T, w.num_heads});
+    }
     a.cache = cache;
     a.block_table = TensorView::contiguous(table.data(), DType::kInt32, {S, max_blocks});
     std::vector<std::int32_t> lens(w.seq_lens.begin(), w.seq_lens.end());
@@ -111,6 +116,7 @@ struct Batch {
     in.query_start_loc = qsl.data();
     in.query = q.data();
     in.out = out.data();
+    in.lse = w.lse ? lse.data() : nullptr;
     in.alibi_slopes = slopes;
     in.sinks = sinks;
     in.scale = scale;
@@ -232,6 +238,32 @@ TEST(BenchCheck, CatchesANanAnywhere) {
   EXPECT_NE(r->summary().find("FAIL"), std::string::npos);
 }
 
+TEST(BenchCheck, ChecksTheLseWhenTheCallWritesIt) {
+  Workload w = small(KVLayout::kHND, DType::kBFloat16, DType::kFloat8E5M2);
+  w.lse = true;
+  w.sinks = true;
+  Batch b(w);
+  auto r = check_output(b.inputs(), CheckMode::kFull);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->pass) << r->detail;
+  EXPECT_EQ(r->elements, 4 * 8 * 64 + 4 * 8);  // outputs and LSEs
+  // A wrong LSE in a sampled row (sequence 3 = token 3, head 7).
+  b.lse[3 * 8 + 7] += 0.5f;
+  r = check_output(b.inputs(), CheckMode::kSampled);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->pass);
+  EXPECT_NE(r->detail.find("lse of sequence 3 (seq_len 33), query row 0, head 7"),
+            std::string::npos)
+      << r->detail;
+  // A NaN LSE anywhere (an unwritten row).
+  b.lse[3 * 8 + 7] -= 0.5f;
+  b.lse[2 * 8 + 1] = NAN;
+  r = check_output(b.inputs(), CheckMode::kSampled);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->pass);
+  EXPECT_NE(r->detail.find("lse of output token 2, head 1 is nan"), std::string::npos) << r->detail;
+}
+
 TEST(BenchCheck, AutoModeSamplesLargeBatches) {
   Workload w = small(KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16);
   EXPECT_EQ(check_mode_for(w, CheckMode::kAuto), CheckMode::kFull);
@@ -264,6 +296,9 @@ TEST(BenchCheck, UsefulBytesCountTheRowsOwnBytes) {
   w.query_lens = {1, 5, 0, 1};
   const std::int64_t windowed = 17 + 24 + 0 + 20, q2 = 1 + 5 + 1;
   EXPECT_EQ(useful_bytes(w), 2 * windowed * 2 * 64 + 2 * q2 * 8 * 64 * 2);
+  // The LSE output: 4 bytes per query row and head.
+  w.lse = true;
+  EXPECT_EQ(useful_bytes(w), 2 * windowed * 2 * 64 + 2 * q2 * 8 * 64 * 2 + q2 * 8 * 4);
 }
 
 }  // namespace
