@@ -103,4 +103,10 @@ if(TARGET pagedattn_bench)
   pagedattn_add_test_executable(pagedattn_bench_tests unit
     ${CMAKE_CURRENT_SOURCE_DIR}/bench/test_bench_check.cpp)
   target_link_libraries(pagedattn_bench_tests PRIVATE pagedattn_bench)
+  # The runner on a GPU (poison, check, time): label cuda, skipped without a GPU.
+  if(PAGEDATTN_HAVE_CUDA)
+    pagedattn_add_test_executable(pagedattn_bench_cuda_tests cuda
+      ${CMAKE_CURRENT_SOURCE_DIR}/bench/test_bench_cuda.cpp)
+    target_link_libraries(pagedattn_bench_cuda_tests PRIVATE pagedattn_bench)
+  endif()
 endif()
