@@ -98,6 +98,13 @@ Result<testing::CaseConfig> parse_bench_config(const std::string& text, std::uin
   for (const char* own : {"--device", "--json"})
     if (app.get_option(own)->count() > 0)
       return where(std::string(own) + " is a flag of bench itself: give it outside --config");
+  // The bench stores its fp8 scales as host scalars only: a device-tensor mode (verify's
+  // --scales, where the build has it) would be timed as something it is not.
+  if (const CLI::Option* scales = app.get_option_no_throw("--scales");
+      scales != nullptr && scales->count() > 0 && scales->as<std::string>() != "host")
+    return where("--scales " + scales->as<std::string>() +
+                 ": the bench times host-scalar fp8 scales only (`pagedattn verify` checks the "
+                 "device-tensor modes)");
   auto seq = expand_lengths(f.seq_lens, "--seq-lens");
   if (!seq.ok()) return where(seq.status().message());
   f.seq_lens = *seq;

@@ -49,6 +49,7 @@ struct BenchFlags {
   std::string json;
   std::uint64_t seed = 1;
   int splits = 0;
+  bool batch_invariant = false;
   std::vector<std::string> configs;  // --config, each the text of verify's flags
   bool matrix = false;
   std::string matrix_filter;
@@ -154,6 +155,7 @@ int run_bench(const BenchFlags& f) {
     Item it;
     it.workload = w;
     it.plan.num_splits = f.splits;
+    it.plan.batch_invariant = f.batch_invariant;
     it.check = check_named;
     it.budget_ms = std::max(0.0, f.budget_ms);
     items.push_back(std::move(it));
@@ -192,6 +194,7 @@ int run_bench(const BenchFlags& f) {
     Item it;
     it.workload = to_workload(row.config, row.name, group);
     it.plan = row.config.plan;
+    it.plan.batch_invariant |= f.batch_invariant;
     it.check = check;
     it.budget_ms = budget;
     it.from_config = true;
@@ -399,6 +402,7 @@ int run_bench(const BenchFlags& f) {
   j["l2_flush"] = cuda::bench::to_string(flush);
   if (flushed_read > 0) j["flushed_read_gbps"] = flushed_read;
   j["forced_splits"] = f.splits;
+  j["batch_invariant"] = f.batch_invariant;
   if (!f.configs.empty()) j["configs"] = f.configs;
   if (f.matrix) j["matrix_filter"] = f.matrix_filter;
   j["results"] = nlohmann::json::array();
@@ -425,6 +429,7 @@ int run_bench(const BenchFlags& f) {
     row["dtype"] = to_string(w.dtype);
     row["kv_dtype"] = to_string(w.kv_dtype);
     row["lse"] = w.lse;
+    row["batch_invariant"] = o.item->plan.batch_invariant;
     if (w.softcap > 0 || w.sliding_window > 0 || w.alibi || w.sinks)
       row["features"] = {{"softcap", w.softcap}, {"sliding_window", w.sliding_window},
                          {"alibi", w.alibi}, {"sinks", w.sinks}};
@@ -581,6 +586,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");
+  cmd->add_flag("--batch-invariant", flags->batch_invariant,
+                "plan every workload with PlanOptions::batch_invariant (split points fixed in "
+                "tokens), to measure what the mode costs");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
   cmd->footer("Exit status: 0 success, 1 an output differs from the oracle (that row is not "
