@@ -152,6 +152,17 @@ Status fill_uniform(void* ptr, DType dtype, std::size_t count, std::uint64_t see
   return Status::Ok();
 }
 
+Status memset_2d(void* ptr, std::size_t pitch, int value, std::size_t width, std::size_t height) {
+  if (width == 0 || height == 0) return Status::Ok();
+  // One row needs no pitch (cudaMemset2D refuses pitches past the device's maximum).
+  if (height == 1) {
+    PA_CUDA_RETURN(cudaMemset(ptr, value, width), "cudaMemset");
+    return Status::Ok();
+  }
+  PA_CUDA_RETURN(cudaMemset2D(ptr, pitch, value, width, height), "cudaMemset2D");
+  return Status::Ok();
+}
+
 Result<DeviceSummary> device_summary(int device) {
   cudaDeviceProp prop{};
   PA_CUDA_RETURN(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

@@ -73,6 +73,14 @@ Result<double> read_ceiling_gbps(int device, std::size_t bytes, int iters,
 Status fill_uniform(void* device_ptr, DType dtype, std::size_t count, std::uint64_t seed,
                     float lo, float hi);
 
+/// cudaMemset2D on the current device, synchronous: `height` rows of `width` bytes, `pitch`
+/// bytes apart, set to the byte `value`. The bench writes 0xFF, which is a NaN in every float
+/// dtype it times (fp32, fp16, bf16, fp8 e4m3 and e5m2), into the cache memory a call must not
+/// read (unused blocks, page padding, the slots past a sequence's end) before it checks a
+/// call's output. Errors: kDeviceUnavailable without CUDA; the CUDA error.
+Status memset_2d(void* device_ptr, std::size_t pitch, int value, std::size_t width,
+                 std::size_t height);
+
 /// Device name, SM count, L2 bytes and memory clock for the report.
 struct DeviceSummary {
   std::string name;

@@ -12,6 +12,9 @@ Result<double> read_ceiling_gbps(int, std::size_t, int, L2Flush) {
 Status fill_uniform(void*, DType, std::size_t, std::uint64_t, float, float) {
   return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
 }
+Status memset_2d(void*, std::size_t, int, std::size_t, std::size_t) {
+  return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
+}
 Result<DeviceSummary> device_summary(int) {
   return Status(StatusCode::kDeviceUnavailable, "this pagedattn build has no CUDA backend");
 }

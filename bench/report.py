@@ -1,9 +1,30 @@
 #!/usr/bin/env python3
 """Join `pagedattn bench --json` with `sdpa_compare.py --json`: print the side-by-side table
 (time ratio pagedattn / SDPA per workload) and plot effective bandwidth versus context length
-and batch size (PNG), with the measured read ceiling as a line."""
+and batch size (PNG), with the measured read ceiling as a line. The JSON of `pagedattn bench
+--matrix` gives the matrix table instead (docs/performance.md, "The configuration matrix")."""
 import argparse
 import json
+
+
+def matrix_table(bench):
+    """Markdown table of a `bench --matrix` JSON: one line per row, unsupported rows with their
+    reason, skewed rows with their time over the even row's."""
+    lines = [f"device: {bench['device']}; read ceiling {bench['read_ceiling_gbps']:.0f} GB/s; "
+             f"L2 flush {bench.get('l2_flush', '?')}",
+             "",
+             "| row | µs | GB/s | % ceiling | splits | vs even | kernel | check |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in bench["results"]:
+        if r.get("status", "ok") != "ok":
+            lines.append(f"| {r['name']} | {r['status']}: {r.get('reason', '')} | | | | | | |")
+            continue
+        even = f"{r['vs_even']:.2f}" if r.get("vs_even") else ""
+        ck = r.get("check", {})
+        check = f"{ck.get('mode', '-')} {ck.get('worst_ratio', 0):.2g}" if ck else "-"
+        lines.append(f"| {r['name']} | {r['median_us']:.1f} | {r['gbps']:.0f} | "
+                     f"{r['pct_of_ceiling']:.1f}% | {r['splits']} | {even} | {r['kernel']} | {check} |")
+    return "\n".join(lines)
 
 
 def main():
@@ -38,12 +59,22 @@ def main():
             if "median_us" in r:
                 sdpa[r["name"]] = r
     ceiling = bench["read_ceiling_gbps"]
+    if any(r.get("group") == "matrix" for r in bench["results"]):
+        # `pagedattn bench --matrix`: the table of docs/performance.md, "The configuration matrix".
+        text = matrix_table(bench)
+        print(text)
+        if args.markdown:
+            open(args.markdown, "w").write(text + "\n")
+        return
     lines = [f"device: {bench['device']}; read ceiling {ceiling:.0f} GB/s; "
              f"layout {bench['layout']}; L2 flush {flush_of(bench)}",
              "",
              "| workload | pagedattn us | graph us | GB/s | % ceiling | splits | kernel | SDPA us (backend) | pagedattn/SDPA |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in bench["results"]:
+        if r.get("status", "ok") != "ok":  # a row that failed its check or did not run
+            lines.append(f"| {r['name']} | {r['status']}: {r.get('reason', '')} | | | | | | | |")
+            continue
         s = sdpa.get(r["name"])
         sd = f"{s['median_us']:.1f} ({s['best_backend']})" if s else "-"
         ratio = f"{r['median_us'] / s['median_us']:.2f}" if s else "-"
@@ -70,7 +101,9 @@ def main():
         fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
         for ax, group, key, label in ((axes[0], "sweep-ctx", "max_seq_len", "context length (tokens), batch 64"),
                                       (axes[1], "sweep-batch", "num_seqs", "batch size (sequences), context 4096")):
-            rows = sorted((r for r in bench["results"] if r["group"] == group), key=lambda r: r[key])
+            rows = sorted((r for r in bench["results"]
+                           if r["group"] == group and r.get("status", "ok") == "ok"),
+                          key=lambda r: r[key])
             if rows:
                 xs = [r[key] for r in rows]
                 ax.plot(xs, [r["gbps"] for r in rows], "o-", label="pagedattn")

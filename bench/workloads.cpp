@@ -141,14 +141,19 @@ std::vector<Workload> sweep_workloads(KVLayout layout) {
 std::int64_t useful_bytes(const Workload& w) {
   std::int64_t kv_tokens = 0, q_tokens = 0;
   for (std::size_t i = 0; i < w.seq_lens.size(); ++i) {
-    kv_tokens += w.seq_lens[i];
-    q_tokens += w.query_lens.empty() ? 1 : w.query_lens[i];
+    const std::int64_t q = w.query_lens.empty() ? 1 : w.query_lens[i];
+    if (q <= 0) continue;
+    std::int64_t keys = w.seq_lens[i];
+    if (w.sliding_window > 0) keys = std::min<std::int64_t>(keys, w.sliding_window + q - 1);
+    kv_tokens += keys;
+    q_tokens += q;
   }
   const std::int64_t kv = 2 * kv_tokens * w.num_kv_heads * w.head_size *
                           static_cast<std::int64_t>(dtype_size(w.kv_dtype));
   const std::int64_t qo = 2 * q_tokens * w.num_heads * w.head_size *
                           static_cast<std::int64_t>(dtype_size(w.dtype));
-  return kv + qo;
+  const std::int64_t lse = w.lse ? q_tokens * w.num_heads * 4 : 0;
+  return kv + qo + lse;
 }
 
 }  // namespace pagedattn::bench

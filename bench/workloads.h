@@ -28,6 +28,20 @@ struct Workload {
   std::vector<int> seq_lens;
   std::vector<int> query_lens;   // empty = all 1 (pure decode)
   bool graph = false;            // also time under CUDA-graph replay
+  // Attention features (`bench --config` takes them from the verify flags; the standard
+  // workloads use none). The ALiBi slopes and sink logits are drawn from the seed.
+  float softcap = 0.0f;          // 0 = off
+  int sliding_window = 0;        // keys per row, 0 = off
+  bool alibi = false;
+  bool sinks = false;
+  float k_scale = 1.0f;          // fp8 caches: dequantisation scales
+  float v_scale = 1.0f;
+  /// Softmax scale; 0 = default_scale(head_size). `--config` and `--matrix` use the test
+  /// harness's boosted scale (testing::case_scale), whose peaked softmax makes the output
+  /// check sensitive to a missing or extra key.
+  float scale = 0.0f;
+  /// Also write the log-sum-exp output (`[num_tokens, num_heads]` fp32; `bench --lse`).
+  bool lse = false;
 };
 
 /// W1-W7 exactly as DESIGN.md §6 and the issue define them, bf16, in `layout`. W4's lengths
@@ -44,7 +58,11 @@ Result<std::vector<Workload>> trace_workloads(KVLayout layout, std::uint64_t see
 std::vector<Workload> sweep_workloads(KVLayout layout);
 
 /// Useful bytes of one call (DESIGN.md §6): the K and V of every token covered by seq_lens
-/// (each read once, shared across a GQA group) + the query rows + the output rows.
+/// (each read once, shared across a GQA group; at dtype_size(kv_dtype) bytes, so 1 per fp8
+/// element) + the query rows + the output rows. A sequence with query_len 0 reads nothing; with
+/// a sliding window W a sequence reads only its last min(seq_len, W + query_len - 1) keys.
+/// With `lse`, the fp32 log-sum-exp output (4 bytes per query row and head) is counted too;
+/// the ALiBi slopes and sink logits (a few bytes per head) are not.
 std::int64_t useful_bytes(const Workload& w);
 
 /// Deterministic 64-bit generator (splitmix64) so workloads are identical everywhere.

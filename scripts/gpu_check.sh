@@ -6,8 +6,10 @@
 #     `pagedattn verify --device cuda --cases all` and `pagedattn run --device cuda`;
 #   MODE=bench: build the program, run `pagedattn bench` (standard + trace workloads and the
 #     sweeps, nhd; W1/W2/W5 also in the split layout; the standard ones also under the dirty
-#     flush), dense PyTorch SDPA on the same shapes (bench/sdpa_compare.py, both flushes) and
-#     the joined table + bandwidth plot (bench/report.py);
+#     flush), dense PyTorch SDPA on the same shapes (bench/sdpa_compare.py, both flushes),
+#     the joined table + bandwidth plot (bench/report.py), and last the configuration matrix
+#     (`pagedattn bench --matrix`: dtype x head size x layout x skew, about 3 minutes; it gets
+#     the time left);
 #   MODE=all: both (needs a warm build to fit in 10 minutes);
 #   GPU_SUITE_FILTER (check/all): gtest filter of the GPU-suite step (default: everything but
 #     the Sanitize* cases, which run under the sanitizers);
@@ -28,7 +30,8 @@
 #
 # $OUT (default ./out) receives summary.txt, logs.tgz (every log) and, for bench, report.md,
 # bench.png and results.tgz (bench.json, bench.csv, bench_split.json, bench_dirty.json,
-# sdpa.json, sdpa_dirty.json, report.md, report_dirty.md). Exit status 0 iff every step passed;
+# bench_matrix.json, bench_matrix.csv, sdpa.json, sdpa_dirty.json, report.md, report_dirty.md,
+# report_matrix.md). Exit status 0 iff every step passed;
 # 3 without an NVIDIA GPU (nothing is built or run).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -258,8 +261,17 @@ if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ] && [ "$MO
     --markdown "$OUT/report_dirty.md" >> "$LOG/report.log" 2>&1 || rrc=$?
   record report "$([ $rrc -eq 0 ] && echo ok || echo FAIL)" 0 \
     "report.md, report_dirty.md, bench.png"
+  # The configuration matrix (docs/performance.md, "The configuration matrix").
+  t0=$(date +%s)
+  run_limited 240 5 "$CLI" bench --matrix --json "$OUT/bench_matrix.json" \
+    --csv "$OUT/bench_matrix.csv" > "$LOG/bench_matrix.log" 2>&1
+  mrc=$?; t1=$(date +%s)
+  [ -s "$OUT/bench_matrix.json" ] && python3 bench/report.py "$OUT/bench_matrix.json" \
+    --markdown "$OUT/report_matrix.md" >> "$LOG/report.log" 2>&1
+  record bench_matrix "$([ $mrc -eq 0 ] && echo ok || echo FAIL)" $((t1 - t0)) "exit $mrc$([ $mrc -eq 124 ] && echo ', TIMEOUT'); report_matrix.md"
   cat "$LOG/bench.log"
   cat "$OUT/report.md" "$OUT/report_dirty.md" 2>/dev/null
+  cat "$LOG/bench_matrix.log"
 fi
 
 # ---------------------------------------------------------------- summary
@@ -284,7 +296,7 @@ tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
 # archive (summary.txt, report.md and bench.png stay beside it for a quick look).
 ( cd "$OUT" || exit
   shopt -s nullglob  # a failed step leaves some of these out: archive the others
-  files=(bench*.json bench.cs[v] sdpa*.json report*.md python_overhead.jso[n])  # [v]: a glob, so nullglob applies
+  files=(bench*.json bench*.cs[v] sdpa*.json report*.md python_overhead.jso[n])  # [v]: a glob, so nullglob applies
   (( ${#files[@]} )) || exit 0
   tar czf results.tgz "${files[@]}" &&
     for f in "${files[@]}"; do [ "$f" = report.md ] || rm -f "$f"; done )

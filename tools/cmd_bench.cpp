@@ -1,6 +1,11 @@
 // `pagedattn bench`: decode (and mixed) workloads timed on a GPU against the read ceiling
-// measured in the same run (DESIGN.md §6). Table on stdout; CSV and JSON on request.
+// measured in the same run (DESIGN.md §6): the named workloads, any configuration in the
+// flags of `pagedattn verify` (--config) and the dtype x head size x layout x batch-shape
+// matrix (--matrix). Each workload's output is checked against the oracle before it is timed
+// (--check). Table on stdout; CSV and JSON on request.
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -14,7 +19,11 @@
 #include "bench/runner.h"
 #include "bench/workloads.h"
 #include "pagedattn/pagedattn.h"
+#include "tools/assumed_plan.h"
+#include "tools/bench_config.h"
 #include "tools/commands.h"
+#include "tools/device_presets.h"
+#include "tools/shape_plan.h"
 
 namespace pagedattn::cli {
 
@@ -40,6 +49,38 @@ struct BenchFlags {
   std::string json;
   std::uint64_t seed = 1;
   int splits = 0;
+  bool batch_invariant = false;
+  std::vector<std::string> configs;  // --config, each the text of verify's flags
+  bool matrix = false;
+  std::string matrix_filter;
+  std::string check;        // empty: not given (sampled; auto for --config)
+  double budget_ms = -1;    // -1: not given (0 for named workloads and --config, 100 for --matrix)
+  bool list = false;
+  bool lse = false;
+  std::string assume_device;  // with --list: the decisions for a preset GPU
+  /// Options whose presence matters (given or defaulted).
+  const CLI::Option* workloads_option = nullptr;
+  const CLI::Option* budget_option = nullptr;
+};
+
+/// One row to run: a named workload, or a --config / --matrix row (planned on shapes first).
+struct Item {
+  bench::Workload workload;
+  PlanOptions plan;
+  bench::CheckMode check = bench::CheckMode::kSampled;
+  double budget_ms = 0;
+  bool from_config = false;     // a --config or --matrix row: planned on shapes first
+  testing::CaseConfig config;   // for those rows
+  std::string even_row;         // matrix: the even row of a skewed one
+};
+
+/// A row's outcome for the table and the files.
+struct Outcome {
+  const Item* item = nullptr;
+  std::string status;           // "ok", "unsupported", "mismatch", "failed"
+  std::string reason;           // for the others
+  bench::BenchResult result;
+  double vs_even = 0;           // > 0: time / the even row's time
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -94,33 +135,121 @@ int run_bench(const BenchFlags& f) {
     return usage("--flush '" + f.flush + "': expected clean, dirty or none");
   }
 
-  std::vector<bench::Workload> all;
-  const std::set<std::string> wanted_list = [&] {
-    auto v = split_list(f.workloads);
-    return std::set<std::string>(v.begin(), v.end());
-  }();
-  // Every listed name must name a workload or a group: a typo ("W1,W22") must not quietly
-  // benchmark fewer workloads than asked.
-  std::set<std::string> known{"all"};
-  auto wanted = [&](const bench::Workload& w) {
-    known.insert(w.name);
-    known.insert(w.group);
-    return wanted_list.count("all") || wanted_list.count(w.group) || wanted_list.count(w.name);
+  // Which rows: the named workloads (unless only --config / --matrix rows are asked for),
+  // then the --config rows, then the matrix.
+  const bool only_rows = (!f.configs.empty() || f.matrix) && !f.sweep &&
+                         (f.workloads_option == nullptr || f.workloads_option->count() == 0);
+  if (!f.matrix_filter.empty() && !f.matrix) return usage("--matrix-filter needs --matrix");
+  bench::CheckMode check_named = bench::CheckMode::kSampled, check_rows = bench::CheckMode::kAuto,
+                   check_matrix = bench::CheckMode::kSampled;
+  if (!f.check.empty()) {
+    auto m = bench::parse_check_mode(f.check, "--check");
+    if (!m.ok()) return usage(m.status().message());
+    check_named = check_rows = check_matrix = *m;
+  }
+  const bool budget_given = f.budget_option != nullptr && f.budget_option->count() > 0;
+  if (budget_given && !(std::isfinite(f.budget_ms) && f.budget_ms >= 0 && f.budget_ms <= 1e6))
+    return usage("--budget-ms " + fmt::format("{}", f.budget_ms) + ": expected 0 .. 10^6");
+  std::vector<Item> items;
+  auto add_named = [&](const bench::Workload& w) {
+    Item it;
+    it.workload = w;
+    it.plan.num_splits = f.splits;
+    it.plan.batch_invariant = f.batch_invariant;
+    it.check = check_named;
+    it.budget_ms = std::max(0.0, f.budget_ms);
+    items.push_back(std::move(it));
   };
-  for (auto& w : bench::standard_workloads(*layout, f.seed))
-    if (wanted(w)) all.push_back(w);
-  auto traces = bench::trace_workloads(*layout, f.seed);
-  if (!traces.ok()) return usage(traces.status().to_string());
-  for (auto& w : *traces)
-    if (wanted(w)) all.push_back(w);
-  for (auto& w : bench::sweep_workloads(*layout))
-    if (wanted(w) || f.sweep) all.push_back(w);
-  const char* names_help =
-      " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
-      "standard, trace, sweep-ctx, sweep-batch, all)";
-  for (const std::string& name : wanted_list)
-    if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
-  if (all.empty()) return usage("--workloads '" + f.workloads + "' selects nothing" + names_help);
+  if (!only_rows) {
+    const std::set<std::string> wanted_list = [&] {
+      auto v = split_list(f.workloads);
+      return std::set<std::string>(v.begin(), v.end());
+    }();
+    // Every listed name must name a workload or a group: a typo ("W1,W22") must not quietly
+    // benchmark fewer workloads than asked.
+    std::set<std::string> known{"all"};
+    auto wanted = [&](const bench::Workload& w) {
+      known.insert(w.name);
+      known.insert(w.group);
+      return wanted_list.count("all") || wanted_list.count(w.group) || wanted_list.count(w.name);
+    };
+    std::size_t named = 0;
+    for (auto& w : bench::standard_workloads(*layout, f.seed))
+      if (wanted(w)) add_named(w), ++named;
+    auto traces = bench::trace_workloads(*layout, f.seed);
+    if (!traces.ok()) return usage(traces.status().to_string());
+    for (auto& w : *traces)
+      if (wanted(w)) add_named(w), ++named;
+    for (auto& w : bench::sweep_workloads(*layout))
+      if (wanted(w) || f.sweep) add_named(w), ++named;
+    const char* names_help =
+        " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; "
+        "groups: standard, trace, sweep-ctx, sweep-batch, all)";
+    for (const std::string& name : wanted_list)
+      if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
+    if (named == 0) return usage("--workloads '" + f.workloads + "' selects nothing" + names_help);
+  }
+  auto add_row = [&](const BenchRow& row, const std::string& group, bench::CheckMode check,
+                     double budget) {
+    Item it;
+    it.workload = to_workload(row.config, row.name, group);
+    it.plan = row.config.plan;
+    it.plan.batch_invariant |= f.batch_invariant;
+    it.check = check;
+    it.budget_ms = budget;
+    it.from_config = true;
+    it.config = row.config;
+    it.even_row = row.even_row;
+    items.push_back(std::move(it));
+  };
+  for (std::size_t i = 0; i < f.configs.size(); ++i) {
+    auto c = parse_bench_config(f.configs[i], f.seed, f.splits);
+    if (!c.ok()) return usage(c.status().message());
+    add_row(BenchRow{"config-" + std::to_string(i + 1), *c, ""}, "config", check_rows,
+            std::max(0.0, f.budget_ms));
+  }
+  if (f.matrix) {
+    const auto rows = filter_rows(matrix_rows(f.seed, f.splits), f.matrix_filter);
+    if (rows.empty())
+      return usage("--matrix-filter '" + f.matrix_filter +
+                   "' selects no row (names are <dtype>/h<head>/<layout>/<lengths>, e.g. "
+                   "fp8_e4m3/h128/split/255x512+1x131072; every comma-separated term must "
+                   "occur)");
+    for (const BenchRow& r : rows)
+      add_row(r, "matrix", check_matrix, f.budget_ms >= 0 ? f.budget_ms : 100.0);
+  }
+  for (Item& it : items) it.workload.lse = f.lse;
+  if (!f.assume_device.empty() && !f.list)
+    return usage("--assume-device needs --list (timing needs the real GPU)");
+  if (f.list) {
+    if (f.assume_device.empty()) {
+      for (const Item& it : items)
+        fmt::print("{:<36} {}\n", it.workload.name, it.workload.description);
+      return kExitOk;
+    }
+    // What select_kernel would choose for each row on the preset, without a GPU.
+    auto preset = assumed_device(f.assume_device);
+    if (!preset.ok()) return usage(preset.status().message());
+    fmt::print("# select_kernel's decision on {} (no GPU queried; the CUDA backend's plan-time "
+               "refinements, such as the small-call kernel of a one-wave decode, are not "
+               "made)\n",
+               preset->name);
+    fmt::print("{:<36} {:>7}  {:<26} {}\n", "row", "splits", "kernel", "description");
+    for (const Item& it : items) {
+      const testing::CaseConfig c =
+          it.from_config ? it.config : to_case_config(it.workload, it.plan);
+      auto choice = select_on_assumed_device(c, *preset, it.workload.lse);
+      if (!choice.ok()) {
+        fmt::print("{:<36} {}: {}\n", it.workload.name,
+                   choice.status().code() == StatusCode::kUnsupported ? "unsupported" : "invalid",
+                   choice.status().message());
+        continue;
+      }
+      fmt::print("{:<36} {:>7}  {:<26} {}\n", it.workload.name, choice->num_splits,
+                 kernel_label(*choice), it.workload.description);
+    }
+    return kExitOk;
+  }
   auto info = query_device(Device::cuda(0));
   if (!info.ok()) return report_failure("bench", info.status(), false);
   // A bad output path fails before any GPU work, without truncating an existing file (the
@@ -164,30 +293,101 @@ int run_bench(const BenchFlags& f) {
       : flush == cuda::bench::L2Flush::kDirty
           ? "flushed before each call by a write of 2 x L2 (left dirty)"
           : "flushed before each call by a write and a read of 2 x L2 (left clean)";
-  fmt::print("timing: CUDA events, median of {} calls after {} warm-up, L2 {}\n\n", f.iters,
+  fmt::print("timing: CUDA events, median of {} calls after {} warm-up, L2 {}\n", f.iters,
              f.warmup, flush_text);
-  fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {}\n", "workload", "description",
-             "us", "graph us", "GB/s", "%ceil", "splits", "kernel");
+  if (std::any_of(items.begin(), items.end(), [](const Item& it) { return it.budget_ms > 0; }))
+    fmt::print("  (--config / --matrix rows: as many calls as fit {} ms of kernel time, at least "
+               "5, at most {}; the 'iters' field of --json says how many)\n",
+               f.budget_ms >= 0 ? f.budget_ms : 100.0, f.iters);
+  fmt::print("check: each row's output is compared with the oracle before it is timed "
+             "(--check; cache memory no call may read holds NaN then)\n"
+             "bytes: K/V of the tokens each row reads at its cache dtype (fp8: 1 byte per "
+             "element) + query + output\n\n");
 
   cuda::bench::TimingOptions timing{f.warmup, f.iters, flush};
-  std::vector<bench::BenchResult> results;
-  int failures = 0;
+  std::vector<Outcome> outcomes;
+  std::map<std::string, double> row_us;  // name -> median, for the skewed / even ratio
+  int failures = 0, mismatches = 0;
   Status first_failure = Status::Ok();
-  PlanOptions plan_options;
-  plan_options.num_splits = f.splits;
-  for (const auto& w : all) {
-    auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
+  bool header_named = false, header_rows = false;
+  for (const Item& it : items) {
+    const bench::Workload& w = it.workload;
+    Outcome o;
+    o.item = &it;
+    if (!it.from_config && !header_named) {
+      fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {:<26} {}\n", "workload",
+                 "description", "us", "graph us", "GB/s", "%ceil", "splits", "kernel", "check");
+      header_named = true;
+    }
+    if (it.from_config && !header_rows) {
+      fmt::print("{}{:<36} {:>9} {:>9} {:>8} {:>7} {:>8}  {:<26} {}\n", header_named ? "\n" : "",
+                 "row", "us", "GB/s", "%ceil", "splits", "vs even", "kernel", "check");
+      header_rows = true;
+    }
+    // --config / --matrix rows: what the library refuses, or what could not fit, is found on
+    // shapes before anything is allocated.
+    Status st = Status::Ok();
+    if (it.from_config) {
+      auto shaped = plan_on_shapes(it.config, w.lse);
+      if (!shaped.ok()) st = shaped.status();
+    }
+    Result<bench::BenchResult> r = st;
+    if (st.ok()) {
+      bench::RunOptions run;
+      run.check = it.check;
+      run.budget_ms = it.budget_ms;
+      r = bench::run_workload(w, 0, timing, *ceiling, it.from_config ? it.config.seed : f.seed,
+                              it.plan, run);
+    }
     if (!r.ok()) {
-      fmt::print("{:<18} FAILED: {}\n", w.name, r.status().to_string());
-      if (failures++ == 0) first_failure = r.status();
+      o.status = r.status().code() == StatusCode::kUnsupported ? "unsupported" : "failed";
+      o.reason = r.status().message();
+      if (o.status == "unsupported") {
+        fmt::print("{:<36} unsupported: {}\n", w.name, o.reason);
+      } else {
+        fmt::print("{:<36} FAILED: {}\n", w.name, r.status().to_string());
+        if (failures++ == 0) first_failure = r.status();
+      }
+      outcomes.push_back(o);
+      std::fflush(stdout);
       continue;
     }
-    fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {}\n", w.name,
-               w.description, r->median_us,
-               r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
-               r->gbps, r->pct_of_ceiling, r->choice.num_splits, kernel_label(r->choice));
+    o.result = *r;
+    const bench::CheckReport& ck = r->check;
+    const std::string check_text =
+        ck.mode == bench::CheckMode::kNone
+            ? "-"
+            : fmt::format("{} {} {:.2g}", ck.pass ? "pass" : "FAIL", bench::to_string(ck.mode),
+                          ck.worst_ratio);
+    if (!ck.pass) {
+      o.status = "mismatch";
+      o.reason = ck.detail;
+      ++mismatches;
+      fmt::print("{:<36} MISMATCH (not timed; kernel {}, {} splits): {}\n", w.name,
+                 kernel_label(r->choice), r->choice.num_splits, ck.detail);
+      outcomes.push_back(o);
+      std::fflush(stdout);
+      continue;
+    }
+    o.status = "ok";
+    row_us[w.name] = r->median_us;
+    if (!it.even_row.empty() && row_us.count(it.even_row) && row_us[it.even_row] > 0)
+      o.vs_even = r->median_us / row_us[it.even_row];
+    if (it.from_config) {
+      fmt::print("{:<36} {:>9.1f} {:>9.0f} {:>7.1f}% {:>7} {:>8}  {:<26} {}\n", w.name,
+                 r->median_us, r->gbps, r->pct_of_ceiling, r->choice.num_splits,
+                 o.vs_even > 0 ? fmt::format("{:.2f}x", o.vs_even) : "-", kernel_label(r->choice),
+                 check_text);
+      if (it.workload.group == "config") fmt::print("  {}\n", w.description);
+    } else {
+      fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {:<26} {}\n", w.name,
+                 w.description, r->median_us,
+                 r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
+                 r->gbps, r->pct_of_ceiling, r->choice.num_splits, kernel_label(r->choice),
+                 check_text);
+    }
     std::fflush(stdout);
-    results.push_back(*r);
+    outcomes.push_back(o);
   }
 
   nlohmann::json j;
@@ -202,36 +402,76 @@ int run_bench(const BenchFlags& f) {
   j["l2_flush"] = cuda::bench::to_string(flush);
   if (flushed_read > 0) j["flushed_read_gbps"] = flushed_read;
   j["forced_splits"] = f.splits;
-  for (const auto& r : results) {
+  j["batch_invariant"] = f.batch_invariant;
+  if (!f.configs.empty()) j["configs"] = f.configs;
+  if (f.matrix) j["matrix_filter"] = f.matrix_filter;
+  j["results"] = nlohmann::json::array();
+  for (const Outcome& o : outcomes) {
+    const bench::Workload& w = o.item->workload;
     nlohmann::json row;
-    row["name"] = r.workload.name;
-    row["group"] = r.workload.group;
-    row["description"] = r.workload.description;
-    row["num_seqs"] = r.workload.seq_lens.size();
+    row["name"] = w.name;
+    row["group"] = w.group;
+    row["description"] = w.description;
+    row["status"] = o.status;
+    if (!o.reason.empty()) row["reason"] = o.reason;
+    row["num_seqs"] = w.seq_lens.size();
     std::int64_t total = 0;
-    for (int l : r.workload.seq_lens) total += l;
+    for (int l : w.seq_lens) total += l;
     row["total_kv_tokens"] = total;
-    row["max_seq_len"] = r.workload.seq_lens.empty() ? 0 :
-        *std::max_element(r.workload.seq_lens.begin(), r.workload.seq_lens.end());
-    row["num_heads"] = r.workload.num_heads;
-    row["num_kv_heads"] = r.workload.num_kv_heads;
-    row["head_size"] = r.workload.head_size;
-    row["block_size"] = r.workload.block_size;
-    row["page_pad"] = r.workload.page_pad;
+    row["max_seq_len"] = w.seq_lens.empty() ? 0 :
+        *std::max_element(w.seq_lens.begin(), w.seq_lens.end());
+    row["num_heads"] = w.num_heads;
+    row["num_kv_heads"] = w.num_kv_heads;
+    row["head_size"] = w.head_size;
+    row["block_size"] = w.block_size;
+    row["page_pad"] = w.page_pad;
+    row["layout"] = to_string(w.layout);
+    row["dtype"] = to_string(w.dtype);
+    row["kv_dtype"] = to_string(w.kv_dtype);
+    row["lse"] = w.lse;
+    row["batch_invariant"] = o.item->plan.batch_invariant;
+    if (w.softcap > 0 || w.sliding_window > 0 || w.alibi || w.sinks)
+      row["features"] = {{"softcap", w.softcap}, {"sliding_window", w.sliding_window},
+                         {"alibi", w.alibi}, {"sinks", w.sinks}};
+    if (o.status == "unsupported" || o.status == "failed") {
+      j["results"].push_back(row);
+      continue;
+    }
+    const bench::BenchResult& r = o.result;
+    const bench::CheckReport& ck = r.check;
+    row["check"] = {{"mode", bench::to_string(ck.mode)},
+                    {"pass", ck.pass},
+                    {"seqs", ck.seqs_checked},
+                    {"heads", ck.heads_checked},
+                    {"elements", ck.elements},
+                    {"max_abs_error", std::isfinite(ck.max_abs_error)
+                                          ? nlohmann::json(ck.max_abs_error)
+                                          : nlohmann::json(nullptr)},
+                    {"worst_ratio", std::isfinite(ck.worst_ratio) ? nlohmann::json(ck.worst_ratio)
+                                                                  : nlohmann::json(nullptr)}};
+    row["kernel"] = kernel_label(r.choice);
+    row["plan_kernel"] = to_string(r.choice.kernel);
+    row["splits"] = r.choice.num_splits;
+    row["tile_tokens"] = r.choice.tile_tokens;
+    row["bytes"] = r.bytes;
+    if (o.status == "mismatch") {
+      j["results"].push_back(row);
+      continue;
+    }
     row["median_us"] = r.median_us;
     row["p10_us"] = r.p10_us;
     row["p90_us"] = r.p90_us;
     row["graph_median_us"] = r.graph_median_us;
-    row["bytes"] = r.bytes;
+    row["iters"] = r.iters;
     row["gbps"] = r.gbps;
     row["pct_of_ceiling"] = r.pct_of_ceiling;
     // The kernels that ran ("decode + prefill" when a mixed batch splits its rows), as in the
     // table; plan_kernel is KernelChoice::kernel, for a mixed batch the tiled fallback that
     // unaligned tensors would take.
-    row["kernel"] = kernel_label(r.choice);
-    row["plan_kernel"] = to_string(r.choice.kernel);
-    row["splits"] = r.choice.num_splits;
-    row["tile_tokens"] = r.choice.tile_tokens;
+    if (!o.item->even_row.empty()) {
+      row["even_row"] = o.item->even_row;
+      row["vs_even"] = o.vs_even > 0 ? nlohmann::json(o.vs_even) : nlohmann::json(nullptr);
+    }
     j["results"].push_back(row);
   }
   std::ofstream json_out, csv_out;
@@ -245,19 +485,35 @@ int run_bench(const BenchFlags& f) {
   }
   if (csv_out.is_open()) {
     std::ostream& o = csv_out;
+    // The first 13 columns as before --config and --matrix; the new ones after them.
     o << "name,group,num_seqs,max_seq_len,total_kv_tokens,head_size,block_size,median_us,"
-         "graph_median_us,gbps,pct_of_ceiling,kernel,splits\n";
+         "graph_median_us,gbps,pct_of_ceiling,kernel,splits,status,dtype,kv_dtype,layout,"
+         "vs_even,check\n";
+    auto get = [](const nlohmann::json& row, const char* key) {
+      return row.contains(key) && !row[key].is_null()
+                 ? (row[key].is_string() ? row[key].get<std::string>() : row[key].dump())
+                 : std::string();
+    };
     for (const auto& row : j["results"]) {
-      o << row["name"].get<std::string>() << "," << row["group"].get<std::string>() << ","
-        << row["num_seqs"] << "," << row["max_seq_len"] << "," << row["total_kv_tokens"] << ","
-        << row["head_size"] << "," << row["block_size"] << "," << row["median_us"] << ","
-        << row["graph_median_us"] << "," << row["gbps"] << "," << row["pct_of_ceiling"] << ","
-        << row["kernel"].get<std::string>() << "," << row["splits"] << "\n";
+      std::string check;
+      if (row.contains("check"))
+        check = row["check"]["mode"].get<std::string>() + ":" +
+                (row["check"]["pass"].get<bool>() ? "pass" : "FAIL");
+      o << get(row, "name") << "," << get(row, "group") << "," << get(row, "num_seqs") << ","
+        << get(row, "max_seq_len") << "," << get(row, "total_kv_tokens") << ","
+        << get(row, "head_size") << "," << get(row, "block_size") << ","
+        << get(row, "median_us") << "," << get(row, "graph_median_us") << ","
+        << get(row, "gbps") << "," << get(row, "pct_of_ceiling") << "," << get(row, "kernel")
+        << "," << get(row, "splits") << "," << get(row, "status") << "," << get(row, "dtype")
+        << "," << get(row, "kv_dtype") << "," << get(row, "layout") << ","
+        << get(row, "vs_even") << "," << check << "\n";
     }
     if (!csv_out.flush()) return usage("--csv " + f.csv + ": write failed");
   }
-  // A workload that failed to run: the exit status of its error (3 when the device went away).
-  return failures ? exit_code_for(first_failure) : kExitOk;
+  // A mismatch is exit status 1 (as for verify); a row that failed to run, the exit status of
+  // its error (3 when the device went away). Unsupported matrix rows are results, not errors.
+  if (failures) return exit_code_for(first_failure);
+  return mismatches ? kExitMismatch : kExitOk;
 }
 
 }  // namespace
@@ -269,10 +525,52 @@ Action register_bench(CLI::App& app) {
   cmd->option_defaults()->always_capture_default();
   cmd->add_option("--device", flags->device,
                   "cuda (= cuda:0) or auto (the benchmark measures GPU kernels)");
-  cmd->add_option("--layout", flags->layout, "split|nhd|hnd");
-  cmd->add_option("--workloads", flags->workloads,
-                  "comma list of names (W1..W7, T-conv-decode, ...) or groups (standard, trace, "
-                  "sweep-ctx, sweep-batch, all)");
+  cmd->add_option("--layout", flags->layout, "split|nhd|hnd (of the named workloads)");
+  flags->workloads_option =
+      cmd->add_option("--workloads", flags->workloads,
+                      "comma list of names (W1..W7, T-conv-decode, ...) or groups (standard, "
+                      "trace, sweep-ctx, sweep-batch, all); with --config or --matrix only "
+                      "when given");
+  cmd->add_option("--config", flags->configs,
+                  "time one configuration given in the flags of `pagedattn verify`, quoted "
+                  "('--head-size 256 --kv-dtype fp8_e4m3 --layout split --seq-lens "
+                  "1x32768,63x512'), over the W1 shape (32/8 heads, head 128, block 16, bf16, "
+                  "nhd, 64 x 4096 decode); --seq-lens / --query-lens also take COUNTxLENGTH "
+                  "terms; repeat for more rows; '' is W1 itself; a lone flag as "
+                  "--config='--alibi'")
+      ->take_all();
+  cmd->add_flag("--matrix", flags->matrix,
+                "time the matrix at the W1 shape: bf16 / fp16 / fp8_e4m3 / fp8_e5m2 cache x head "
+                "size 64, 80, 96, 128, 256, 512 x nhd / split x 64x4096, 64x1016, "
+                "1x32768+63x512, 256x1022, 255x512+1x131072 (skewed rows print their time over "
+                "the even row's with the same tokens)");
+  cmd->add_option("--matrix-filter", flags->matrix_filter,
+                  "only the matrix rows whose name (<dtype>/h<head>/<layout>/<lengths>) "
+                  "contains every comma-separated term, e.g. 'fp8_e4m3/,/split/'")
+      ->check(kNonEmpty);
+  cmd->add_option("--check", flags->check,
+                  "compare one call's output with the oracle before timing: sampled (the "
+                  "default for workloads and --matrix: first, longest and last sequence, query "
+                  "heads 0 and last; every output element finite), full, auto (the default for "
+                  "--config: full when the oracle's work is small), none")
+      ->check(kNonEmpty);
+  CLI::Option* budget =
+      cmd->add_option("--budget-ms", flags->budget_ms,
+                      "kernel time per row for the timed calls (at least 5 calls, at most "
+                      "--iters); 0 = always --iters (default: 100 for --matrix rows, 0 "
+                      "otherwise)");
+  budget->default_str("");
+  flags->budget_option = budget;
+  cmd->add_flag("--lse", flags->lse,
+                "every row also writes the log-sum-exp output (fp32 [tokens, heads]; its bytes "
+                "count, and the check compares it with the oracle's)");
+  cmd->add_flag("--list", flags->list,
+                "print the rows that would run (name, description) and exit, without a GPU");
+  cmd->add_option("--assume-device", flags->assume_device,
+                  std::string("with --list: also the kernel and splits select_kernel chooses for "
+                              "each row on a preset GPU (") +
+                      kAssumableDevices + "), in any build")
+      ->check(kNonEmpty);
   cmd->add_flag("--sweep", flags->sweep, "also run the context-length and batch-size sweeps");
   cmd->add_option("--iters", flags->iters, "timed calls per workload (median reported)");
   cmd->add_option("--warmup", flags->warmup, "untimed calls first");
@@ -288,9 +586,14 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");
+  cmd->add_flag("--batch-invariant", flags->batch_invariant,
+                "plan every workload with PlanOptions::batch_invariant (split points fixed in "
+                "tokens), to measure what the mode costs");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
-  cmd->footer(exit_status_help(/*can_mismatch=*/false));
+  cmd->footer("Exit status: 0 success, 1 an output differs from the oracle (that row is not "
+              "timed), 2 invalid input or usage, 3 requested device unavailable. Matrix rows "
+              "the library does not support print 'unsupported: <reason>' and are no error.");
   return [flags] { return run_bench(*flags); };
 }
 

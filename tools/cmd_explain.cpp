@@ -2,16 +2,20 @@
 // access, tile, splits, shared memory, threads, workspace and the reason — and which writer
 // write_kv would use for the same cache (DESIGN.md §3: one decision for writer and reader).
 // It plans through plan_attention, the same path `run` takes, on shapes only (no memory that
-// grows with the lengths: tools/shape_plan.h).
+// grows with the lengths: tools/shape_plan.h). `--assume-device h200` answers for a preset GPU
+// (tools/device_presets.h) without querying one, in any build: select_kernel's decision.
 // Exit status: 0, 2 invalid or unsupported configuration, 3 device unavailable.
 #include <cstdio>
+#include <fmt/format.h>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "pagedattn/pagedattn.h"
+#include "tools/assumed_plan.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
+#include "tools/device_presets.h"
 #include "tools/shape_plan.h"
 
 namespace pagedattn::cli {
@@ -20,26 +24,81 @@ namespace {
 
 const char* access_name(CacheAccess a) { return a == CacheAccess::kNative ? "native" : "strided"; }
 
-int run_explain(const ConfigFlags& flags) {
+struct ExplainFlags {
+  ConfigFlags config;
+  std::string assume_device;  // empty: the real device
+};
+
+int run_explain(const ExplainFlags& ef) {
+  const ConfigFlags& flags = ef.config;
   auto fail = [&flags](const Status& st) { return report_failure("explain", st, flags.json); };
-  auto device = resolve_device(flags.device);
-  if (!device.ok()) return fail(device.status());
-  auto cfg = to_case_config(flags, *device);
+  const bool assumed = !ef.assume_device.empty();
+  DeviceInfo preset;
+  Device d;
+  if (assumed) {
+    auto info = assumed_device(ef.assume_device);
+    if (!info.ok()) return fail(info.status());
+    preset = *info;
+    // The preset is CUDA device 0; a --device that names something else contradicts it.
+    if (flags.device != "auto" && flags.device != "cuda" && flags.device != "cuda:0")
+      return fail(Status(StatusCode::kInvalidArgument,
+                         "--assume-device " + ef.assume_device + " describes cuda:0; --device " +
+                             flags.device + " contradicts it (leave --device out)"));
+    d = preset.device;
+  } else {
+    auto device = resolve_device(flags.device);
+    if (!device.ok()) return fail(device.status());
+    d = *device;
+  }
+  // With an assumed device the shapes are planned on the CPU (tools/assumed_plan.h).
+  auto cfg = to_case_config(flags, assumed ? Device::cpu() : d);
   if (!cfg.ok()) return fail(cfg.status());
   const testing::CaseConfig& c = *cfg;
-  auto shaped = plan_on_shapes(c, /*with_lse=*/false);
-  if (!shaped.ok()) return fail(shaped.status());
-  const AttentionPlan* plan = &shaped->plan;
+  Result<ShapePlan> shaped = Status(StatusCode::kInternal, "not planned");
+  ProblemDesc assumed_problem;
+  KernelChoice assumed_choice;
+  if (assumed) {
+    ShapePlan cpu_plan;
+    auto choice = select_on_assumed_device(c, preset, /*with_lse=*/false, &cpu_plan,
+                                           &assumed_problem);
+    if (!choice.ok()) return fail(choice.status());
+    assumed_choice = *choice;
+    shaped = cpu_plan;
+  } else {
+    shaped = plan_on_shapes(c, /*with_lse=*/false);
+    if (!shaped.ok()) return fail(shaped.status());
+  }
   const KVCache* cache = &shaped->cache;
-  const Device d = *device;
-  const KernelChoice& k = plan->choice();
-  const ProblemDesc& p = plan->problem();
+  const KernelChoice& k = assumed ? assumed_choice : shaped->plan.choice();
+  const ProblemDesc& p = assumed ? assumed_problem : shaped->plan.problem();
+  // The workspace is sized by the backend's plan, which needs the real device.
+  const std::size_t workspace = assumed ? 0 : shaped->plan.workspace_bytes();
   const CacheAccessDecision access = decide_cache_access(*cache);
   const WriterChoice writer = select_writer(*cache, d);
+  const std::string assumed_text =
+      assumed ? fmt::format("{}: {} SMs, compute capability {}.{}, {} bytes of shared memory per "
+                            "block, {} MiB of L2; no GPU was queried",
+                            preset.name, preset.num_units, preset.cc_major, preset.cc_minor,
+                            preset.max_shared_memory_per_block, preset.l2_bytes >> 20)
+              : std::string();
+  // Made by the CUDA backend's plan on a real device, after select_kernel: not shown here.
+  const char* assumed_note =
+      "the CUDA backend's plan-time refinements (the small-call kernel of a one-wave decode, "
+      "KV-head pairing from the tensors' actual strides, the tiled fallback for strides that "
+      "are not multiples of 8 elements) and the workspace size need the real device";
 
   if (flags.json) {
     nlohmann::json j;
     j["device"] = to_string(d);
+    if (assumed) {
+      j["assumed_device"] = {{"preset", ef.assume_device},
+                             {"name", preset.name},
+                             {"sms", preset.num_units},
+                             {"cc", fmt::format("{}.{}", preset.cc_major, preset.cc_minor)},
+                             {"max_shared_memory_per_block", preset.max_shared_memory_per_block},
+                             {"l2_bytes", preset.l2_bytes},
+                             {"note", assumed_note}};
+    }
     j["problem"] = {{"num_heads", p.num_heads},
                     {"num_kv_heads", p.num_kv_heads},
                     {"gqa_ratio", p.gqa_ratio()},
@@ -68,7 +127,8 @@ int run_explain(const ConfigFlags& flags) {
                       {"num_splits", k.num_splits},
                       {"shared_memory_bytes", k.shared_memory_bytes},
                       {"threads_per_block", k.threads_per_block},
-                      {"workspace_bytes", plan->workspace_bytes()},
+                      {"workspace_bytes", assumed ? nlohmann::json(nullptr)
+                                                  : nlohmann::json(workspace)},
                       {"decode_rows_fast_path", k.decode_rows_fast_path},
                       {"prefill_rows_mma", k.prefill_rows_mma},
                       {"reason", k.reason}};
@@ -79,6 +139,7 @@ int run_explain(const ConfigFlags& flags) {
     std::printf("%s\n", j.dump(2).c_str());
     return kExitOk;
   }
+  if (assumed) std::printf("device      %s assumed: %s\n", to_string(d).c_str(), assumed_text.c_str());
   std::printf(
       "problem     %s: %d query head%s / %d KV head%s (GQA %d), head_size %d, %s query, "
       "%s cache, %s layout, block_size %d, %lld block%s, page_pad %lld\n",
@@ -102,7 +163,10 @@ int run_explain(const ConfigFlags& flags) {
   std::printf("  splits             %d\n", k.num_splits);
   std::printf("  shared memory      %lld bytes\n", static_cast<long long>(k.shared_memory_bytes));
   std::printf("  threads per block  %d\n", k.threads_per_block);
-  std::printf("  workspace          %zu bytes\n", plan->workspace_bytes());
+  if (assumed)
+    std::printf("  workspace          not computed (sized by the CUDA backend's plan)\n");
+  else
+    std::printf("  workspace          %zu bytes\n", workspace);
   if (d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled) {
     // Which kernel takes which rows of a mixed batch (the fields above describe `kernel`).
     const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
@@ -116,16 +180,23 @@ int run_explain(const ConfigFlags& flags) {
   std::printf("  reason             %s\n", k.reason.c_str());
   std::printf("writer      %s (cache access %s): %s\n", writer.kernel.c_str(),
               access_name(writer.access), writer.reason.c_str());
+  if (assumed) std::printf("note        select_kernel's decision only: %s\n", assumed_note);
   return kExitOk;
 }
 
 }  // namespace
 
 Action register_explain(CLI::App& app) {
-  auto flags = std::make_shared<ConfigFlags>();
+  auto flags = std::make_shared<ExplainFlags>();
   CLI::App* sub = app.add_subcommand(
       "explain", "print the kernel, tile, splits and writer chosen for a configuration");
-  add_config_flags(sub, flags.get());
+  add_config_flags(sub, &flags->config);
+  sub->add_option("--assume-device", flags->assume_device,
+                  std::string("answer for a preset GPU as cuda:0 instead of querying one (") +
+                      kAssumableDevices +
+                      "): select_kernel's decision from the preset's SM count, compute "
+                      "capability and shared memory, in any build, on any machine")
+      ->check(kNonEmpty);
   sub->footer(exit_status_help(/*can_mismatch=*/false));
   return [flags] { return run_explain(*flags); };
 }

@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   CLI::App app{"pagedattn: paged-KV-cache attention for LLM serving"};
   app.set_version_flag("--version", pagedattn::version());
   app.require_subcommand(1);
-  app.footer("Exit status: 0 success, 1 result mismatch (run, verify), 2 invalid input or "
+  app.footer("Exit status: 0 success, 1 result mismatch (run, verify, bench), 2 invalid input or "
              "usage, 3 requested device unavailable. `pagedattn <command> --help` for a "
              "command's flags.");
   Action run = register_run(app);

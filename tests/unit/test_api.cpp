@@ -456,11 +456,6 @@ TEST(Select, CudaNeverAsksForMoreSharedMemoryThanTheDeviceHas) {
         int tile = -1;
         for (int bs : {1, 16, 544, 2048}) {
           auto c = select_kernel(decode_problem(Device::cuda(0), head, dt, bs, 131072), info);
-          if (!built_with_cuda()) {
-            // Without the backend the answer is "no device", never a made-up choice.
-            ASSERT_EQ(c.status().code(), StatusCode::kDeviceUnavailable);
-            continue;
-          }
           if (!c.ok()) {
             // Refusing is allowed; exceeding the limit is not.
             EXPECT_EQ(c.status().code(), StatusCode::kUnsupported) << c.status().to_string();

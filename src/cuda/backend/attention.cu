@@ -1,10 +1,10 @@
-// Host side of the CUDA attention backend: choose_config (the CUDA half of select_kernel),
-// plan_attention (sizes everything on the host; nothing is allocated at run time) and
-// run_attention (launches on the caller's stream, no host synchronisation, so it can be
-// captured in a graph): the decode fast path (src/cuda/decode/) for decode rows, the
-// tensor-core prefill kernel (src/cuda/prefill/) for prefill rows, and the tiled kernel
-// (src/cuda/tiled/: tile prefix sums, the kernel, the deterministic split merge) for
-// everything they do not take.
+// Host side of the CUDA attention backend: plan_attention (sizes everything on the host;
+// nothing is allocated at run time) and run_attention (launches on the caller's stream, no
+// host synchronisation, so it can be captured in a graph): the decode fast path
+// (src/cuda/decode/) for decode rows, the tensor-core prefill kernel (src/cuda/prefill/) for
+// prefill rows, and the tiled kernel (src/cuda/tiled/: tile prefix sums, the kernel, the
+// deterministic split merge) for everything they do not take. choose_config, the CUDA half of
+// select_kernel, is host code built in every build: choose_config.cpp.
 #include <algorithm>
 #include <climits>
 #include <memory>
@@ -47,105 +47,6 @@ struct CudaPlan {
 };
 
 }  // namespace
-
-Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
-                                   const PlanOptions& options) {
-  std::string why_not;
-  const std::int64_t smem = decode_mma_smem_bytes(problem.head_size);
-  bool fast = decode_mma_supported(problem, &why_not);
-  if (fast && smem > device_info.max_shared_memory_per_block) {
-    fast = false;
-    why_not = "shared memory limit below " + std::to_string(smem) + " bytes";
-  }
-  if (fast && options.tile_tokens > 0) {
-    fast = false;
-    why_not = "tile_tokens forced (the decode path's tile is fixed at 64)";
-  }
-  if (fast) {
-    KernelChoice c;
-    c.kernel = KernelId::kCudaDecodeMMA;
-    c.access = problem.access;
-    c.tile_tokens = kDecodeTileTokens;
-    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options.num_splits);
-    const int chunk = cut.chunk_tokens;
-    c.num_splits = cut.num_splits;
-    c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
-    c.threads_per_block = kDecodeThreads;
-    c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
-               " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
-               std::to_string(problem.gqa_ratio()) + " in the " +
-               (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
-               (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
-                                 "as one 256-byte row, their two query groups side by side in "
-                                 "the 8 columns); "
-                 : !decode_mma_pairs_heads(problem, decode_mma_heads_adjacent(problem)) ? ""
-                 : cut.small_kernel
-                     ? "KV heads not paired (the small-call kernel, which has no paired form); "
-                     : "KV heads not paired (paired, the call would take the small-call kernel, "
-                       "which has no paired form, or the device lacks shared memory for the "
-                       "head-128 stages); ") +
-               std::to_string(kDecodeStages) +
-               "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
-               std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
-               " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +
-               "), at most " + std::to_string(c.num_splits) + " per sequence";
-    return c;
-  }
-  std::string why_rows;
-  const bool rows_fast = problem.batch.num_prefill_seqs > 0 && options.num_splits == 0 &&
-                         options.tile_tokens == 0 && smem <= device_info.max_shared_memory_per_block &&
-                         decode_mma_rows_supported(problem, &why_rows);
-  PlanOptions tiled_options = options;
-  // Prefill rows: the tensor-core prefill kernel when it supports the problem. Forced tiles
-  // or splits keep the tiled kernel (tests use them to exercise it).
-  std::string why_prefill;
-  bool prefill_fast = false;
-  if (problem.batch.num_prefill_seqs > 0) {
-    if (options.tile_tokens > 0 || options.num_splits > 0)
-      why_prefill = "tile_tokens or num_splits forced (they configure the tiled kernel)";
-    else
-      prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
-                                           &why_prefill);
-  }
-  // The split merge would also visit decode rows; and a tiled kernel that is only the
-  // fallback of the prefill kernel should not size the workspace for splits.
-  if (rows_fast || prefill_fast) tiled_options.num_splits = 1;
-  auto c = tiled_choose(problem, device_info, tiled_options);
-  if (!c.ok()) return c;
-  if (rows_fast) c->decode_rows_fast_path = true;
-  const std::string decode_note =
-      rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
-                      " decode rows run on the decode fast path"
-                : "decode fast path not used: " + why_not;
-  if (prefill_fast) {
-    c->prefill_rows_mma = true;
-    const int stages =
-        prefill_mma_stages(problem.head_size, device_info.max_shared_memory_per_block);
-    std::string r = "tensor-core prefill kernel (cuda_prefill_mma) for the prefill rows of " +
-                    std::to_string(problem.batch.num_prefill_seqs) +
-                    " chunk(s): 64 (query token, query head) rows per CTA with the GQA group of " +
-                    std::to_string(problem.gqa_ratio()) +
-                    " flattened into them, mma.sync m16n8k16 for QK^T and PV (fp32 "
-                    "accumulation), " +
-                    std::to_string(stages) + "-stage cp.async pipeline of 64-token K/V tiles "
-                    "(independent of block_size " + std::to_string(problem.block_size) + "), " +
-                    std::to_string(prefill_mma_smem_bytes(problem.head_size, stages)) +
-                    " bytes of shared memory, no KV split; ";
-    if (rows_fast)
-      r += decode_note;
-    else if (problem.batch.num_decode_seqs > 0)
-      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
-           " decode rows run on it too (" + decode_note + ")";
-    else
-      r += "no decode rows";
-    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
-  } else {
-    c->reason += "; " + decode_note;
-    if (problem.batch.num_prefill_seqs > 0)
-      c->reason += "; tensor-core prefill kernel not used: " + why_prefill;
-  }
-  return c;
-}
 
 Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
                       AttentionPlan::State* state) {

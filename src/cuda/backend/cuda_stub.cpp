@@ -1,5 +1,6 @@
 // The CUDA backend's entry points in a build without CUDA: every call reports that the device
-// is unavailable, so callers get kDeviceUnavailable (CLI exit status 3), never a crash.
+// is unavailable, so callers get kDeviceUnavailable (CLI exit status 3), never a crash. The
+// selection rule (choose_config.cpp) is host code and is built in every build.
 #include "src/cuda/backend/cuda_backend.h"
 
 namespace pagedattn::cuda {
@@ -12,9 +13,6 @@ Status no_cuda() {
 }  // namespace
 
 Result<DeviceInfo> query_device(int) { return no_cuda(); }
-Result<KernelChoice> choose_config(const ProblemDesc&, const DeviceInfo&, const PlanOptions&) {
-  return no_cuda();
-}
 Status plan_attention(const AttentionArgs&, const HostMetadata&, AttentionPlan::State*) {
   return no_cuda();
 }
