@@ -51,7 +51,8 @@ struct CudaPlan {
 Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
                                    const PlanOptions& options) {
   std::string why_not;
-  const std::int64_t smem = decode_mma_smem_bytes(problem.head_size);
+  const std::int64_t smem =
+      decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
   bool fast = decode_mma_supported(problem, &why_not);
   if (fast && smem > device_info.max_shared_memory_per_block) {
     fast = false;
@@ -66,13 +67,20 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     c.kernel = KernelId::kCudaDecodeMMA;
     c.access = problem.access;
     c.tile_tokens = kDecodeTileTokens;
-    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options.num_splits);
+    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options);
     const int chunk = cut.chunk_tokens;
     c.num_splits = cut.num_splits;
     c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
     c.threads_per_block = kDecodeThreads;
-    c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
-               " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
+    const bool fp8 = decode_mma_kv_bytes(problem) == 1;
+    c.reason = "decode fast path: all rows are decodes, " +
+               (fp8 ? std::string(to_string(problem.cache_dtype)) + " cache (" +
+                          to_string(problem.q_dtype) +
+                          " query; the fp8 bytes are staged as they are and dequantised to fp16 "
+                          "after the shared-memory load, fp16 MMAs, fp32 accumulation, k_scale "
+                          "in the softmax scale, v_scale in the normalisation)"
+                    : std::string(to_string(problem.q_dtype)) + " cache") +
+               ", head_size " + std::to_string(problem.head_size) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
@@ -87,7 +95,14 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                std::to_string(kDecodeStages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
-               " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +
+               " tokens (" +
+               (cut.batch_invariant
+                    ? "batch-invariant: split points fixed every " +
+                          std::to_string(cut.chunk_tokens) +
+                          " tokens whatever the batch and device, merged by the merge kernel in "
+                          "a fixed order; no cluster merge, no small-call kernel"
+                    : options.num_splits > 0 ? "forced"
+                                             : "balanced over the SMs") +
                "), at most " + std::to_string(c.num_splits) + " per sequence";
     return c;
   }
@@ -158,15 +173,18 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
       plan->decode = decode_mma_config(problem, *info, state->options.num_splits,
-                                       decode_mma_heads_adjacent(args));
+                                       decode_mma_heads_adjacent(args),
+                                       state->options.batch_invariant);
       KernelChoice& pc = state->choice;
       if (plan->decode.pair_heads !=
-          decode_mma_config(problem, *info, state->options.num_splits).pair_heads) {
+          decode_mma_config(problem, *info, state->options).pair_heads) {
         // The tensors' strides decide the head pairing, which select_kernel could only assume
         // from the problem (dense nhd or not): report the cut that runs.
         pc.num_splits = plan->decode.num_splits;
         pc.shared_memory_bytes =
-            decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
+            plan->decode.pair_heads
+                ? decode_mma_smem_bytes(128)
+                : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
         pc.reason += std::string(plan->decode.pair_heads
                                      ? "; KV heads paired after all (the cache's head stride is "
                                        "64; the two query groups side by side in the 8 columns)"
@@ -200,7 +218,8 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
              decode_mma_aligned_strides(args)) {
     plan->mixed = true;
     plan->decode_mma = true;
-    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args));
+    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args),
+                                     state->options.batch_invariant);
   } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
     state->choice.decode_rows_fast_path = false;
     state->choice.reason += " (not taken: strides are not multiples of 8 elements)";

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/common/fast_div.h"
@@ -60,13 +61,35 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 // head-64 KV heads 2g, 2g + 1; p.gqa is twice the real group, columns r < p.gqa / 2 belong to
 // KV head 2g (Q in dims 0-63) and the others to 2g + 1 (Q in dims 64-127). The output,
 // partials and cluster shares have HO = 64 dims per query head.
-template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR>
+// KV (fp8 caches, decode_mma_fp8 below): kKvE4M3 / kKvE5M2 with T = __half: the fp8 bytes are
+// staged as they are (half the bytes of a 16-bit tile) and dequantised to fp16 (exact) after
+// each ldmatrix; both MMAs run in fp16 with fp32 accumulation, a bf16 query (p.q_bf16) being
+// turned into fp16 in shared memory with a power-of-two scale per query head (exact for every
+// element within 2^29 of the head's largest) that the score multiplier undoes, together with
+// k_scale; v_scale joins the final normalisation. ldmatrix moves b16 elements, i.e. byte pairs:
+//  - K (nhd/hnd/split, non-transposed): a lane receives 4 consecutive dims 4m..4m+3 (m = lane %
+//    4) of a 16-dim chunk, so one k-step of the S^T MMA covers one 16-byte chunk with its dims
+//    permuted (k index 2m + b <-> dim 4m + b, 8 + 2m + b <-> dim 4m + 2 + b); the query's B
+//    fragments are read with the same permutation, which leaves every dot product unchanged;
+//  - V nhd/hnd (transposed): a lane receives dims 2j, 2j + 1 of two consecutive tokens, which
+//    one byte permutation turns into the A fragment of V^T with O^T row i holding dim 2i (i < 8)
+//    or 2(i - 8) + 1 of the 16-dim group: the output store undoes that;
+//  - V split ([dim][16 tokens] rows, non-transposed): a lane receives tokens 4m..4m+3 of a dim,
+//    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
+//    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
+template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
 __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
     decode_mma_kernel(const DecodeParams p) {
   static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
+  constexpr bool F8 = KV != kKvSame;
+  static_assert(!F8 || (!PAIR && std::is_same<T, __half>::value), "fp8: unpaired, fp16 MMAs");
+  constexpr int EB = F8 ? 1 : 2;  // bytes per cache element
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
   constexpr int TOK = kDecodeTileTokens;
-  constexpr int CH = HEAD / 8;  // 16-byte chunks per head row
+  constexpr int CH = HEAD / 8;  // 16-byte chunks per query row
+  constexpr int CHB = HEAD * EB / 16;  // 16-byte chunks per cache row
+  // nhd/hnd copies: lanes per token row (8: whole 128-byte lines; 4 for 64-byte fp8 rows).
+  constexpr int LPR = CHB < 8 ? CHB : 8;
   // nhd/hnd tiles: unpadded token rows whose 16-byte chunks are XOR-swizzled with the row
   // (chunk c of row r at c ^ (r % 8)), so that the 8 rows an ldmatrix phase reads fall in 8
   // different bank groups. Rows padded by 16 bytes would avoid the conflicts too, but then
@@ -74,8 +97,10 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   // (docs/performance.md, "Where W1's time goes"). The swizzle needs one XOR per ldmatrix:
   // tiles start on 256-byte boundaries, so a lane's address for chunk c0 + 2s is its address
   // for chunk c0 with bits 5-7 XORed by s.
-  constexpr unsigned PB = HEAD * 2;             // bytes per token row
-  constexpr unsigned TILE_B = TOK * HEAD * 2;   // bytes per K (or V) tile
+  // 64-byte rows (fp8 head 64): chunk c of row r at c ^ ((r / 2) % 4), which also puts the 8
+  // rows of an ldmatrix phase in 8 bank groups.
+  constexpr unsigned PB = HEAD * EB;            // bytes per token row
+  constexpr unsigned TILE_B = TOK * HEAD * EB;  // bytes per K (or V) tile
   constexpr int KSTEPS = HEAD / 16;
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
@@ -83,10 +108,12 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int s_work[2];
   __shared__ __align__(8) unsigned long long s_rx_bar;  // cluster mode: the partials have landed
+  __shared__ float s_qinv[F8 ? 8 * NT : 1];  // fp8: the inverse of each query head's scale
   T* sQ = reinterpret_cast<T*>(smem_raw);
   // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
   // reserves the slack).
-  const unsigned sK = (smem_addr(sQ + NH * HEAD) + 255u) & ~255u;
+  constexpr unsigned AL = PB > 256 ? 512u : 256u;  // the swizzle XORs bits below the row size
+  const unsigned sK = (smem_addr(sQ + NH * HEAD) + (AL - 1)) & ~(AL - 1);
   const unsigned sV = sK + STAGES * TILE_B;
   // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
   // [splits][share] outputs, then [splits][kClusterLseSlots] LSEs), past everything else, so
@@ -108,8 +135,30 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   //   split copies: keys [chunk][token][8] (lane%16 = token, chunks lane/16 + 2k: 16 tokens of
   //     one chunk are contiguous in the cache), values [warp][dim][16 tokens] with the two
   //     8-token halves swapped on dims with bit 2 set (lane%2 = half, dims lane/2 + 16k).
+  //   fp8 split: key rows hold a token's 16-dim chunk at token slot t ^ 2 (t / 8 % 2), so that
+  //     the permuted token order of the ldmatrix rows (see above) is conflict-free; values
+  //     [warp][dim][16 tokens], dims lane + 32k.
   unsigned k_dst, v_dst, k_ld, v_ld;
-  if constexpr (!SPLIT) {
+  if constexpr (F8 && !SPLIT) {
+    if constexpr (LPR == 8) {  // rows lane/8 + 4i, as for 16-bit caches
+      const int x = lane & 7;
+      k_dst = sK + (warp * 16 + (lane >> 3)) * PB + ((x ^ (lane >> 3)) << 4);
+    } else {  // rows lane/4 + 8i, chunk lane%4: the swizzle (r / 2) % 4 = (lane / 8) % 4
+      k_dst = sK + (warp * 16 + (lane >> 2)) * PB + (((lane & 3) ^ ((lane >> 3) & 3)) << 4);
+    }
+    v_dst = k_dst + STAGES * TILE_B;
+    // Row (lane%8) + 8 (lane/8 % 2), logical chunk lane/16 (+ 2s: address XOR 32 s).
+    const int sw = LPR == 8 ? (lane & 7) : ((lane >> 1) & 3);
+    k_ld = sK + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * PB + (((lane >> 4) ^ sw) << 4);
+    v_ld = k_ld + STAGES * TILE_B;
+  } else if constexpr (F8) {
+    const int t = lane & 15;
+    k_dst = sK + ((lane >> 4) * TOK + warp * 16 + (t ^ (((t >> 3) & 1) << 1))) * 16;
+    v_dst = sV + (warp * HEAD + lane) * 16;
+    const int tl = 4 * ((lane & 7) >> 1) + (lane & 1) + 2 * ((lane >> 3) & 1);
+    k_ld = sK + ((lane >> 4) * TOK + warp * 16 + (tl ^ (((tl >> 3) & 1) << 1))) * 16;
+    v_ld = sV + (warp * HEAD + (lane & 7) + (lane >> 3) * 8) * 16;
+  } else if constexpr (!SPLIT) {
     const int x = lane & 7;
     k_dst = sK + (warp * 16 + (lane >> 3)) * PB + ((x ^ (lane >> 3)) << 4);
     v_dst = k_dst + STAGES * TILE_B;
@@ -158,8 +207,8 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   const int item0 = p.work_list ? blockIdx.y : blockIdx.x;
   const int item_stride = p.work_list ? gridDim.y : gridDim.x;
 
-  const char* kbase = static_cast<const char*>(p.k) + static_cast<std::int64_t>(g) * p.k_head * 2;
-  const char* vbase = static_cast<const char*>(p.v) + static_cast<std::int64_t>(g) * p.v_head * 2;
+  const char* kbase = static_cast<const char*>(p.k) + static_cast<std::int64_t>(g) * p.k_head * EB;
+  const char* vbase = static_cast<const char*>(p.v) + static_cast<std::int64_t>(g) * p.v_head * EB;
 
   for (int item = item0;; item += item_stride) {
     int s, split;
@@ -272,7 +321,8 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       // n computes (the copies never wait on a block-table load), and the lane's cursors step
       // from tile to tile by additions. Masked rows keep block 0 / offset 0 (a valid address)
       // and copy zero bytes.
-      constexpr int NR = SPLIT ? 1 : 4;  // key rows per lane
+      constexpr int NR = SPLIT ? 1 : 16 * LPR / 32;  // key rows per lane
+      constexpr int VCT = F8 ? 16 : 8;  // split layout: tokens per value chunk
       TokenCursor kc[NR], vc;
       int kid[NR], koff[NR];
       bool kok[NR];
@@ -280,8 +330,11 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       {
         const int tw0 = start + warp * 16;
 #pragma unroll
-        for (int i = 0; i < NR; ++i) kc[i].init(p, tw0 + (SPLIT ? (lane & 15) : (lane >> 3) + 4 * i));
-        if constexpr (SPLIT) vc.init(p, tw0 + (lane & 1) * 8);
+        for (int i = 0; i < NR; ++i)
+          kc[i].init(p, tw0 + (SPLIT      ? (lane & 15)
+                               : LPR == 8 ? (lane >> 3) + 4 * i
+                                          : (lane >> 2) + 8 * i));
+        if constexpr (SPLIT) vc.init(p, tw0 + (F8 ? 0 : (lane & 1) * 8));
       }
       const unsigned range = static_cast<unsigned>(end - valid_lo);
       auto fetch_ids = [&]() {
@@ -297,16 +350,28 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           // A value chunk is 8 tokens of one head dim, inside one block (block_size % 8 == 0);
           // bytes at or past seq_len are zero-filled (the tail of the last block may hold
           // anything, NaN included).
-          const bool any = vc.t + 8 > valid_lo && vc.t < end;
+          const bool any = vc.t + VCT > valid_lo && vc.t < end;
           vid = any ? __ldg(bt + vc.blk * p.bt_blk) : 0;
           voff = any ? vc.off : 0;
-          vbytes = any ? 2 * min(8, len - vc.t) : 0;
+          vbytes = any ? EB * min(VCT, len - vc.t) : 0;
           vc.advance(p);
         }
       };
       auto issue_tile = [&](int stage) {
         const unsigned kd = k_dst + stage * TILE_B;
-        if constexpr (!SPLIT) {
+        if constexpr (!SPLIT && LPR == 4) {
+#pragma unroll
+          for (int i = 0; i < NR; ++i) {
+            const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.k_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.k_tok + (lane & 3) * 16;
+            const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.v_blk +
+                             static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 3) * 16;
+            const int bytes = kok[i] ? 16 : 0;
+            const unsigned d = kd + i * 8 * PB;
+            cp_async16(d, ks, bytes);
+            cp_async16(d + STAGES * TILE_B, vs, bytes);
+          }
+        } else if constexpr (!SPLIT) {
 #pragma unroll
           for (int i = 0; i < NR; ++i) {
             const char* ks = kbase + static_cast<std::uint64_t>(static_cast<unsigned>(kid[i])) * p.k_blk +
@@ -315,7 +380,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
                              static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 7) * 16;
             const int bytes = kok[i] ? 16 : 0;
 #pragma unroll
-            for (int j = 0; j < CH / 8; ++j) {
+            for (int j = 0; j < CHB / 8; ++j) {
               const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
               cp_async16(d, ks + j * 128, bytes);
               cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
@@ -327,9 +392,17 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
                            static_cast<std::uint64_t>(lane >> 4) * p.k_chunk;
           const int kbytes = kok[0] ? 16 : 0;
 #pragma unroll
-          for (int k = 0; k < CH / 2; ++k)
+          for (int k = 0; k < CHB / 2; ++k)
             cp_async16(kd + k * 2 * TOK * 16, ks + static_cast<std::uint64_t>(2 * k) * p.k_chunk, kbytes);
           const unsigned vd = v_dst + stage * TILE_B;
+          if constexpr (F8) {
+            const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
+                             static_cast<std::uint64_t>(lane) * p.v_dim + voff;
+#pragma unroll
+            for (int k = 0; k < HEAD / 32; ++k)
+              cp_async16(vd + k * 32 * 16, vs + static_cast<std::uint64_t>(32 * k) * p.v_dim, vbytes);
+            return;
+          }
           const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
                            static_cast<std::uint64_t>(lane >> 1) * p.v_dim + voff * 2;
 #pragma unroll
@@ -350,14 +423,65 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       cp_async_wait<STAGES - 1>();  // the query group
       __syncthreads();
 
-      // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
-      // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
       unsigned qf[NT][KSTEPS / 2][4];
+      if constexpr (F8) {
+        if (p.q_bf16) {
+          // bf16 query -> fp16 in place, head row r times 2^s_r with s_r = 14 - exponent of its
+          // largest |q| (so it stays below 2^15); s_qinv[r] = 2^-s_r undoes it in the scores.
+          // A zero, infinite or NaN maximum keeps s_r = 0 (inf and NaN pass through).
+          constexpr int E = HEAD / 32;  // elements per lane (a row's chunks, in any order)
+          for (int r = warp; r < NH; r += 4) {
+            std::uint16_t* row = reinterpret_cast<std::uint16_t*>(sQ) + r * HEAD + lane * E;
+            float v[E], mx = 0.f;
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+            for (int e = 0; e < E; ++e) {
+              v[e] = __uint_as_float(static_cast<unsigned>(row[e]) << 16);
+              mx = fmaxf(mx, fabsf(v[e]));
+            }
+            mx = warp_max(mx);
+            int sh = 0;
+            if (mx > 0.f && mx <= 3.4028235e38f)
+              sh = min(100, max(-100, 14 - (static_cast<int>(__float_as_uint(mx) >> 23) - 127)));
+            const float mul = __uint_as_float(static_cast<unsigned>(127 + sh) << 23);
 #pragma unroll
-        for (int j = 0; j < KSTEPS / 2; ++j)
-          ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+            for (int e = 0; e < E; ++e) row[e] = __half_as_ushort(__float2half_rn(v[e] * mul));
+            if (lane == 0) s_qinv[r] = __uint_as_float(static_cast<unsigned>(127 - sh) << 23);
+          }
+        } else if (tid < NH) {
+          s_qinv[tid] = 1.f;
+        }
+        __syncthreads();
+        // B fragments of the permuted k-steps: k-step c (dims 16c..16c+15) takes dims 16c + 4m
+        // .. + 3 of head nt*8 + lane/4 (m = lane % 4), held at (b0, b1) as for 16-bit caches.
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int c = 0; c < KSTEPS; ++c) {
+            const int r = nt * 8 + (lane >> 2), m = lane & 3;
+            const uint2 w = *reinterpret_cast<const uint2*>(sQ + swz(r, 2 * c + (m >> 1), HEAD) +
+                                                            4 * (m & 1));
+            qf[nt][c >> 1][(c & 1) * 2] = w.x;
+            qf[nt][c >> 1][(c & 1) * 2 + 1] = w.y;
+          }
+      } else {
+        // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
+        // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < KSTEPS / 2; ++j)
+            ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+      }
+      // fp8: the score multiplier of each column (softmax scale, k_scale, the query's scale).
+      float cmul[NT][2];
+      if constexpr (F8) {
+        const float ks =
+            cache_scale(p.k_scales, p.scales_stride, g, p.k_scale) * (mods ? p.scale : p.scale_log2);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int b = 0; b < 2; ++b) cmul[nt][b] = ks * s_qinv[nt * 8 + 2 * (lane & 3) + b];
+      }
 
       // Columns of this thread in the fragments: heads nt*8 + 2*(lane%4) + b.
       float slope[NT][2];
@@ -394,6 +518,24 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) sc[nt][e] = sc2[nt][e] = 0.f;
+        if constexpr (F8) {
+#pragma unroll
+          for (int s2 = 0; s2 < KSTEPS / 2; ++s2) {
+            // Chunks 2 s2 and 2 s2 + 1 of 16 tokens: matrices (tokens 0-7, 8-15) x 2 chunks.
+            unsigned r[4];
+            ldmatrix_x4(r, SPLIT ? kst + s2 * 2 * TOK * 16 : kst ^ (s2 * 32u));
+            unsigned a0[4], a1[4];
+            fp8_pairs_to_h2<KV>(r[0], &a0[0], &a0[2]);
+            fp8_pairs_to_h2<KV>(r[1], &a0[1], &a0[3]);
+            fp8_pairs_to_h2<KV>(r[2], &a1[0], &a1[2]);
+            fp8_pairs_to_h2<KV>(r[3], &a1[1], &a1[3]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              mma16816<T>(sc[nt], a0, qf[nt][s2][0], qf[nt][s2][1]);
+              mma16816<T>(sc2[nt], a1, qf[nt][s2][2], qf[nt][s2][3]);
+            }
+          }
+        } else
 #pragma unroll
         for (int kk = 0; kk < KSTEPS; ++kk) {
           // Pairs: the dims of KV head 2g (k-steps 0..KSTEPS/2-1) go to sc, those of 2g + 1 to
@@ -422,12 +564,19 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int b = e & 1;
-            const int j = tw + (lane >> 2) + (e >> 1) * 8;
-            float z = score_log2(
-                p,
-                !PAIR ? sc[nt][e] + sc2[nt][e]
-                      : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]),
-                mods, slope[nt][b], j - q_pos);
+            // fp8 split: MMA row i holds token 0,1,4,5,8,9,12,13,2,3,... (see the kernel's top).
+            const int j = F8 && SPLIT ? tw + 4 * (lane >> 3) + ((lane >> 2) & 1) + 2 * (e >> 1)
+                                      : tw + (lane >> 2) + (e >> 1) * 8;
+            float z;
+            if constexpr (F8)
+              z = score_log2_mul(p, sc[nt][e] + sc2[nt][e], mods, cmul[nt][b], slope[nt][b],
+                                 j - q_pos);
+            else
+              z = score_log2(
+                  p,
+                  !PAIR ? sc[nt][e] + sc2[nt][e]
+                        : (2 * (2 * (lane & 3) + b) >= p.gqa ? sc2[nt][e] : sc[nt][e]),
+                  mods, slope[nt][b], j - q_pos);
             if (edge && (j < valid_lo || j >= end)) z = -INFINITY;
             sc[nt][e] = z;
             mx[nt][b] = fmaxf(mx[nt][b], z);
@@ -442,6 +591,31 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) moved |= corr[nt][0] != 1.f || corr[nt][1] != 1.f;
         if (__any_sync(0xffffffffu, moved)) rescale_accumulators(o, corr);
+        if constexpr (F8) {
+#pragma unroll
+          for (int s2 = 0; s2 < DT / 2; ++s2) {
+            // Row tiles 2 s2 and 2 s2 + 1 of V^T.
+            unsigned r[4], a0[4], a1[4];
+            if constexpr (SPLIT) {
+              ldmatrix_x4(r, vst + s2 * 32 * 16);  // dims 0-7, 8-15, 16-23, 24-31 (+32 s2)
+              fp8_pairs_to_h2<KV>(r[0], &a0[0], &a0[2]);
+              fp8_pairs_to_h2<KV>(r[1], &a0[1], &a0[3]);
+              fp8_pairs_to_h2<KV>(r[2], &a1[0], &a1[2]);
+              fp8_pairs_to_h2<KV>(r[3], &a1[1], &a1[3]);
+            } else {
+              ldmatrix_x4_trans(r, vst ^ (s2 * 32u));  // (tokens 0-7, 8-15) x 2 chunks
+              fp8_trans_to_h2<KV>(r[0], &a0[0], &a0[1]);
+              fp8_trans_to_h2<KV>(r[1], &a0[2], &a0[3]);
+              fp8_trans_to_h2<KV>(r[2], &a1[0], &a1[1]);
+              fp8_trans_to_h2<KV>(r[3], &a1[2], &a1[3]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              mma16816<T>(o[2 * s2][nt], a0, pb[nt][0], pb[nt][1]);
+              mma16816<T>(o[2 * s2 + 1][nt], a1, pb[nt][0], pb[nt][1]);
+            }
+          }
+        } else
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           // A fragment of V^T (16 dims x 16 tokens).
@@ -507,6 +681,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
             scale = __expf(Ms - M2) / Ls;
             lse = M2 + __logf(Ls);
           }
+          if constexpr (F8) scale *= cache_scale(p.v_scales, p.scales_stride, g, p.v_scale);
           fin[h] = scale;
           fin[NH + h] = lse;
         }
@@ -518,7 +693,9 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int h = nt * 8 + 2 * (lane & 3) + (e & 1);
-          const int d = dt * 16 + (lane >> 2) + (e >> 1) * 8;
+          // fp8 nhd/hnd: row i of a 16-dim tile is dim 2i (i < 8) or 2(i - 8) + 1.
+          const int d = F8 && !SPLIT ? dt * 16 + 2 * (lane >> 2) + (e >> 1)
+                                     : dt * 16 + (lane >> 2) + (e >> 1) * 8;
           so[(warp * NH + h) * SO_PITCH + d] = o[dt][nt][e] * f[nt][e & 1];
         }
     __syncthreads();
@@ -549,7 +726,10 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
             st_async_f32(map_rank(rx_lse + (rank * kClusterLseSlots + r) * 4, j), lse,
                          map_rank(rx_bar, j));
       } else if (single) {
-        store_output<T>(p, q0, h, d, v, lse);
+        if (F8 && p.q_bf16)
+          store_output<__nv_bfloat16>(p, q0, h, d, v, lse);
+        else
+          store_output<T>(p, q0, h, d, v, lse);
       } else {
         p.part_o[(part_row + h) * HO + d] = v;
         if (d == 0) p.part_lse[part_row + h] = lse;
@@ -597,7 +777,11 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           acc += w * o_k[k];
         }
         // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
-        store_output<T>(p, q0, h, d, acc / den, den != 0.f ? base + __logf(den) : NAN);
+        const float lse_all = den != 0.f ? base + __logf(den) : NAN;
+        if (F8 && p.q_bf16)
+          store_output<__nv_bfloat16>(p, q0, h, d, acc / den, lse_all);
+        else
+          store_output<T>(p, q0, h, d, acc / den, lse_all);
       }
     }
     __syncthreads();  // the next item reuses shared memory and s_work
@@ -713,15 +897,20 @@ struct DecodeGrid {
   int list_ctas;   // > 0: work-list mode with this many CTAs per KV head
   int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
   bool dependent_launch;  // the merge kernel by programmatic dependent launch
+  // Batch-invariant plans: the merge kernel's split groups are fixed (the most a CTA holds),
+  // so the order in which a sequence's splits are folded does not follow the batch.
+  bool invariant;
 };
 
-template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false>
+/// TO: the output type (the merge kernel's); T: the split kernel's (fp16 for fp8 caches).
+template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
+          class TO = T>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
   constexpr int STAGES = kDecodeStages;
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;
-  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR>;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
   const int smem = static_cast<int>(
-      decode_mma_smem_bytes(HEAD) +
+      decode_mma_smem_bytes(HEAD, KV == kKvSame ? 2 : 1) +
       (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
@@ -741,7 +930,8 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
-    const int groups = std::min(gr.num_splits, kMergeThreads / (HO / 4));
+    const int groups =
+        gr.invariant ? kMergeThreads / (HO / 4) : std::min(gr.num_splits, kMergeThreads / (HO / 4));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p.num_heads, gr.num_seqs);
     cfg.blockDim = dim3(groups * (HO / 4));
@@ -753,14 +943,14 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     // Also inside a stream capture: the graph then holds a programmatic edge from the split
     // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
     cfg.numAttrs = gr.dependent_launch ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
       // A driver that refuses the attribute: the plain launch is correct too (the kernel's
       // griddepcontrol.wait is then a no-op).
       (void)cudaGetLastError();
       cfg.numAttrs = 0;
-      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<T, HO>, p);
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
     }
     PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }
@@ -770,10 +960,43 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
 template <class T, int HEAD>
 Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                      cudaStream_t stream) {
-  const bool wide = p.gqa > 8;
-  if (layout == KVLayout::kSplit)
-    return wide ? launch<T, HEAD, true, 2>(p, gr, stream) : launch<T, HEAD, true, 1>(p, gr, stream);
-  return wide ? launch<T, HEAD, false, 2>(p, gr, stream) : launch<T, HEAD, false, 1>(p, gr, stream);
+  if constexpr (HEAD == 256) {  // GQA <= 8 only (decode_mma_rows_supported)
+    if (layout == KVLayout::kSplit) return launch<T, HEAD, true, 1>(p, gr, stream);
+    return launch<T, HEAD, false, 1>(p, gr, stream);
+  } else {
+    const bool wide = p.gqa > 8;
+    if (layout == KVLayout::kSplit)
+      return wide ? launch<T, HEAD, true, 2>(p, gr, stream) : launch<T, HEAD, true, 1>(p, gr, stream);
+    return wide ? launch<T, HEAD, false, 2>(p, gr, stream) : launch<T, HEAD, false, 1>(p, gr, stream);
+  }
+}
+
+/// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
+/// output dtype.
+template <int HEAD, int KV, class TO>
+Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
+                         cudaStream_t stream) {
+  if constexpr (HEAD == 256) {
+    if (layout == KVLayout::kSplit) return launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
+    return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+  } else {
+    const bool wide = p.gqa > 8;
+    if (layout == KVLayout::kSplit)
+      return wide ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
+                  : launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
+    return wide ? launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream)
+                : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+  }
+}
+
+template <int HEAD>
+Status launch_fp8(const DecodeParams& p, DType kv, KVLayout layout, const DecodeGrid& gr,
+                  cudaStream_t stream) {
+  if (kv == DType::kFloat8E4M3)
+    return p.q_bf16 ? launch_fp8_layout<HEAD, kKvE4M3, __nv_bfloat16>(p, layout, gr, stream)
+                    : launch_fp8_layout<HEAD, kKvE4M3, __half>(p, layout, gr, stream);
+  return p.q_bf16 ? launch_fp8_layout<HEAD, kKvE5M2, __nv_bfloat16>(p, layout, gr, stream)
+                  : launch_fp8_layout<HEAD, kKvE5M2, __half>(p, layout, gr, stream);
 }
 
 }  // namespace
@@ -787,7 +1010,10 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   // Byte strides (decode_mma_aligned_strides: element strides in [0, 2^31), so twice fits in
   // 32 unsigned bits); the values' chunk stride is not needed (nhd/hnd: 16 bytes).
   const MmaCacheStrides cs = mma_cache_strides(args.cache);
-  auto b32 = [](std::int64_t elems) { return static_cast<unsigned>(elems * 2); };
+  const DType kv = args.cache.key.dtype;
+  const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
+  const int eb = fp8 ? 1 : 2;
+  auto b32 = [eb](std::int64_t elems) { return static_cast<unsigned>(elems * eb); };
   p.k_blk = b32(cs.k_blk); p.k_head = cs.k_head; p.k_tok = b32(cs.k_tok);
   p.k_chunk = b32(cs.k_chunk);
   p.v_blk = b32(cs.v_blk); p.v_head = cs.v_head; p.v_tok = b32(cs.v_tok);
@@ -816,6 +1042,10 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   p.block_size = block_size;
   p.scale = args.params.scale;
   p.scale_log2 = args.params.scale * kLog2e;
+  fill_cache_scales(p, args.cache);
+  p.k_scale = args.cache.k_scale;
+  p.v_scale = args.cache.v_scale;
+  p.q_bf16 = args.query.dtype == DType::kBFloat16 ? 1 : 0;
   p.chunk = chunk_tokens;
   p.max_splits = num_splits;
   const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
@@ -830,7 +1060,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit),
-                config.dependent_launch};
+                config.dependent_launch, config.batch_invariant};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all
@@ -843,7 +1073,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
         std::min<std::int64_t>(static_cast<std::int64_t>(num_seqs) * num_splits, config.max_items);
     gr.list_ctas = static_cast<int>(std::clamp<std::int64_t>(items, 1, 65535));
     p.work_list = 1;
-  } else if (config.small_kernel) {  // a cluster-merge call the small kernel takes
+  } else if (config.small_kernel && !fp8) {  // a cluster-merge call the small kernel takes
     p.cluster = 1;
     p.bt_width = static_cast<int>(std::min<std::int64_t>(args.block_table.shape[1], INT_MAX));
     p.cl_div = FastDiv(static_cast<std::uint32_t>(num_splits));
@@ -855,12 +1085,19 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
+  if (fp8)
+    return head == 64    ? launch_fp8<64>(p, kv, args.cache.layout, gr, st)
+           : head == 128 ? launch_fp8<128>(p, kv, args.cache.layout, gr, st)
+                         : launch_fp8<256>(p, kv, args.cache.layout, gr, st);
   if (pair)
     return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
                 : launch<__half, 128, false, 1, true>(p, gr, st);
   if (head == 64)
     return bf16 ? launch_layout<__nv_bfloat16, 64>(p, args.cache.layout, gr, st)
                 : launch_layout<__half, 64>(p, args.cache.layout, gr, st);
+  if (head == 256)
+    return bf16 ? launch_layout<__nv_bfloat16, 256>(p, args.cache.layout, gr, st)
+                : launch_layout<__half, 256>(p, args.cache.layout, gr, st);
   return bf16 ? launch_layout<__nv_bfloat16, 128>(p, args.cache.layout, gr, st)
               : launch_layout<__half, 128>(p, args.cache.layout, gr, st);
 }
