@@ -1,5 +1,6 @@
-// fp8 caches and head 256 on the CUDA decode fast path (decode_mma.cu, KV = e4m3 / e5m2): every
-// layout, head sizes 64, 128 and 256, GQA groups of 1-16 (1-8 for head 256), block sizes that do and do not divide the 64-token tile,
+// fp8 caches and head 256 on the CUDA decode fast path (decode_mma_kernel.cuh, KV = e4m3 /
+// e5m2): every layout, head sizes 64, 128 and 256, GQA groups of 1-16 (1-8 for head 256), block
+// sizes that do and do not divide the 64-token tile,
 // the merge modes (one split, cluster merge, merge kernel) and the score modifiers, through
 // the shared harness (cache written by write_kv into NaN-poisoned memory, compared with the
 // oracle under the fp8 tolerance); and the device-resident scales (KVCache::k_scales /
@@ -14,6 +15,11 @@
 
 #include "src/testing/harness.h"
 #include "tests/cuda/cuda_test_util.h"
+
+namespace pagedattn::testing {
+/// Defined in test_cuda_matrix.cpp: GoogleTest prints a case by its name.
+void PrintTo(const CaseConfig& config, std::ostream* os);
+}  // namespace pagedattn::testing
 
 namespace pagedattn::cudatest {
 namespace {
