@@ -107,6 +107,37 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
     }
   }
 
+  // Head 256 on the decode fast path (GQA <= 8, one CTA per SM, 512-byte rows for 16-bit caches
+  // whose swizzle reaches address bit 8): every layout, 16-bit and fp8 caches, GQA 1 to 8,
+  // blocks 1, 7, 16 and 32, the merge modes and features. Ordinary decode cases on the CPU.
+  if (!quick) {
+    struct H256 {
+      KVLayout layout;
+      int block, heads, kv_heads;
+      DType dt, kv;
+      int feature, splits;
+    };
+    const H256 hs[] = {
+        {KVLayout::kNHD, 16, 16, 2, b16, b16, 0, 0},
+        {KVLayout::kHND, 7, 24, 8, f16, f16, 1, 3},
+        {KVLayout::kSplit, 32, 8, 1, b16, b16, 2, 0},
+        {KVLayout::kNHD, 1, 6, 2, b16, e4m3, 3, 2},
+        {KVLayout::kSplit, 16, 32, 4, f16, e5m2, 1, 0},
+    };
+    int i = 0;
+    for (const H256& d : hs) {
+      CaseConfig c = base(dev, d.layout, d.block, 256, d.heads, d.kv_heads, d.dt, d.kv);
+      set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
+      set_decode_features(&c, d.feature, 0, d.splits);
+      if (is_fp8(d.kv)) {
+        c.k_scale = 0.25f;
+        c.v_scale = 0.125f;
+      }
+      c.tag = "dh256_" + std::to_string(++i);
+      add(c);
+    }
+  }
+
   // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices;
   // `fault` sets a fault class on each.
   auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep,

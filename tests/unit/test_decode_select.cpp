@@ -772,13 +772,14 @@ std::string h200_route(const testing::CaseConfig& c) {
   return "tiled " + std::to_string(t->tile_tokens) + " " + std::to_string(t->num_splits);
 }
 
-// The fp8 decode cases (dfp8*) run on the pipelined decode kernel on an H200 (never the
-// small-call kernel or head pairs, which read 16-bit caches only), in more than one merge mode.
+// The fp8 and head-256 decode cases (dfp8*, dh256_*) run on the pipelined decode kernel on an
+// H200 (never the small-call kernel or head pairs, which read 16-bit caches of head 64/128
+// only), in more than one merge mode.
 TEST(MatrixCases, Fp8DecodeCasesTakeThePipelinedDecodeKernel) {
   int n = 0;
   std::map<std::string, int> modes;
   for (const auto& c : testing::matrix_cases(Device::cuda(0))) {
-    if (c.tag.rfind("dfp8", 0) != 0) continue;
+    if (c.tag.rfind("dfp8", 0) != 0 && c.tag.rfind("dh256_", 0) != 0) continue;
     ++n;
     const std::string route = h200_route(c);
     EXPECT_EQ(route.rfind("dmma ", 0), 0u) << c.name << ": " << route;
@@ -786,7 +787,7 @@ TEST(MatrixCases, Fp8DecodeCasesTakeThePipelinedDecodeKernel) {
     EXPECT_EQ(route.find("pair"), std::string::npos) << c.name;
     modes[route.substr(0, route.rfind(' '))]++;
   }
-  EXPECT_EQ(n, 10);
+  EXPECT_EQ(n, 15);
   EXPECT_GE(modes.size(), 2u);
 }
 
