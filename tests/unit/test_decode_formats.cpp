@@ -171,7 +171,9 @@ TEST(DecodeMmaSplits, BatchInvariantCutIsFixedInTokens) {
 }
 
 TEST(DecodeMmaSplits, Fp8TilesHalveTheStagedBytesAndKeepTheCut) {
-  EXPECT_EQ(decode_mma_smem_bytes(128, 1), 3 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
+  // fp8 head 128: 6 stages, the bytes of the 16-bit kernel's 3, 2 CTAs per SM.
+  EXPECT_EQ(decode_mma_smem_bytes(128, 1), 6 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
+  EXPECT_EQ((kH200Smem + 1024) / (decode_mma_smem_bytes(128, 1) + 1024), 2);
   EXPECT_EQ(decode_mma_smem_bytes(64, 1), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
   EXPECT_EQ(decode_mma_smem_bytes(128), decode_mma_smem_bytes(128, 2));
   // The register bound, not shared memory, limits the CTAs per SM: the same slots as bf16,

@@ -92,7 +92,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                      : "KV heads not paired (paired, the call would take the small-call kernel, "
                        "which has no paired form, or the device lacks shared memory for the "
                        "head-128 stages); ") +
-               std::to_string(kDecodeStages) +
+               std::to_string(decode_mma_stages(problem.head_size, decode_mma_kv_bytes(problem))) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
                " tokens (" +

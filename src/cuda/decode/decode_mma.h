@@ -154,13 +154,23 @@ constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
   return head_size <= 64 ? (gqa <= 8 ? 4 : 3) : head_size <= 128 ? 2 : 1;
 }
 
+/// Stages of the pipeline for head `head_size` and `kv_bytes`-byte cache elements:
+/// kDecodeStages, except fp8 head 128, which takes 6 (the bytes in flight of 16-bit head 128,
+/// and shared memory for 2 CTAs per SM as the plan counts them: with 3 stages its 164
+/// registers and 54 KB let 3 CTAs share an SM, and W1's 512 CTAs ran as 396 plus a tail of 116
+/// at 70% of the read ceiling, where fp8 head 256, 2 CTAs per SM in 1.94 waves, reached 93%).
+constexpr int decode_mma_stages(int head_size, int kv_bytes) {
+  return kv_bytes == 1 && head_size == 128 ? 6 : kDecodeStages;
+}
+
 /// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
 /// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8) plus 16
 /// query rows (16-bit) and the slack to align the tiles to their row size (256 bytes, 512 for
 /// the 512-byte rows of 16-bit head 256, whose swizzle XORs address bits 4-8).
 inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
   const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * kv_bytes;
-  return kDecodeStages * 2 * tile + 16 * head_size * 2 + (head_size * kv_bytes > 256 ? 512 : 256);
+  return decode_mma_stages(head_size, kv_bytes) * 2 * tile + 16 * head_size * 2 +
+         (head_size * kv_bytes > 256 ? 512 : 256);
 }
 
 /// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,

@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
           class TO = T>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int STAGES = kDecodeStages;
+  constexpr int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1);
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
   const int smem = static_cast<int>(
