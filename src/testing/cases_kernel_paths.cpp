@@ -64,6 +64,80 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
     }
   }
 
+  // fp8 caches on the decode fast path (e4m3 and e5m2 with fp16 and bf16 queries, head 64 and
+  // 128, every layout): the kernel stages the fp8 bytes and dequantises after ldmatrix, with
+  // the head dims permuted in the S^T k-steps, the value dims permuted in O^T (nhd/hnd) and the
+  // tokens permuted in the P V k-steps (split), so each layout, GQA 1 to 16 (one and two
+  // column tiles), blocks 1 and 7 (cursor carries; nhd/hnd only: fp8 split needs blocks of 16
+  // tokens), 16 and 32, a window start inside a tile, padded pages, every merge mode and
+  // feature, with non-unit k_scale / v_scale (folded into the scores and the normalisation).
+  // On the CPU these are ordinary fp8 decode cases.
+  {
+    struct F8Case {
+      KVLayout layout;
+      int block, head, heads, kv_heads;
+      DType dt, kv;
+      int feature;
+      std::int64_t pad;
+      int splits;
+    };
+    const F8Case fs[] = {
+        {KVLayout::kNHD, 16, 128, 32, 8, b16, e4m3, 0, 0, 0},
+        {KVLayout::kHND, 16, 128, 32, 8, f16, e5m2, 1, 0, 0},
+        {KVLayout::kSplit, 16, 128, 32, 8, b16, e4m3, 2, 0, 3},
+        {KVLayout::kNHD, 1, 64, 16, 16, f16, e4m3, 0, 0, 5},
+        {KVLayout::kHND, 7, 128, 48, 3, b16, e5m2, 3, 0, 0},
+        {KVLayout::kSplit, 32, 64, 8, 1, f16, e5m2, 1, 0, 2},
+        {KVLayout::kNHD, 16, 64, 40, 5, b16, e5m2, 2, 16, 0},
+        {KVLayout::kSplit, 16, 128, 16, 2, f16, e4m3, 0, 32, 1},
+        {KVLayout::kHND, 32, 64, 24, 2, b16, e4m3, 1, 0, 4},
+        {KVLayout::kNHD, 7, 128, 12, 4, f16, e4m3, 3, 0, 0},
+    };
+    int i = 0;
+    for (const F8Case& d : fs) {
+      ++i;
+      if (quick && i != 1 && i != 3) continue;  // the sanitizer subset: nhd and split
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.kv);
+      set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
+      set_decode_features(&c, d.feature, d.pad, d.splits);
+      c.k_scale = 0.125f;
+      c.v_scale = 0.0625f;
+      c.tag = "dfp8" + std::to_string(i);
+      add(c);
+    }
+  }
+
+  // Head 256 on the decode fast path (GQA <= 8, one CTA per SM, 512-byte rows for 16-bit caches
+  // whose swizzle reaches address bit 8): every layout, 16-bit and fp8 caches, GQA 1 to 8,
+  // blocks 1, 7, 16 and 32, the merge modes and features. Ordinary decode cases on the CPU.
+  if (!quick) {
+    struct H256 {
+      KVLayout layout;
+      int block, heads, kv_heads;
+      DType dt, kv;
+      int feature, splits;
+    };
+    const H256 hs[] = {
+        {KVLayout::kNHD, 16, 16, 2, b16, b16, 0, 0},
+        {KVLayout::kHND, 7, 24, 8, f16, f16, 1, 3},
+        {KVLayout::kSplit, 32, 8, 1, b16, b16, 2, 0},
+        {KVLayout::kNHD, 1, 6, 2, b16, e4m3, 3, 2},
+        {KVLayout::kSplit, 16, 32, 4, f16, e5m2, 1, 0},
+    };
+    int i = 0;
+    for (const H256& d : hs) {
+      CaseConfig c = base(dev, d.layout, d.block, 256, d.heads, d.kv_heads, d.dt, d.kv);
+      set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
+      set_decode_features(&c, d.feature, 0, d.splits);
+      if (is_fp8(d.kv)) {
+        c.k_scale = 0.25f;
+        c.v_scale = 0.125f;
+      }
+      c.tag = "dh256_" + std::to_string(++i);
+      add(c);
+    }
+  }
+
   // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices;
   // `fault` sets a fault class on each.
   auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep,

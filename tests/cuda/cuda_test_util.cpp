@@ -13,6 +13,8 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   auto p = std::make_unique<Problem>();
   p->spec_ = spec;
   Rng rng(spec.seed);
+  Rng table_rng(spec.seed ^ 0x5bd1e995u);
+  Rng& trng = spec.per_sequence_data ? table_rng : rng;
   const int num_seqs = static_cast<int>(spec.seq_lens.size());
   const std::int64_t H = spec.num_heads, KVH = spec.num_kv_heads, D = spec.head_size,
                      BS = spec.block_size;
@@ -31,7 +33,7 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   std::vector<std::int32_t> perm(static_cast<std::size_t>(pool));
   std::iota(perm.begin(), perm.end(), 0);
   for (std::int64_t i = pool - 1; i > 0; --i)
-    std::swap(perm[i], perm[rng.below(static_cast<std::uint64_t>(i + 1))]);
+    std::swap(perm[i], perm[trng.below(static_cast<std::uint64_t>(i + 1))]);
   p->width_ = max_blocks + 1;
   p->block_table_.assign(static_cast<std::size_t>(num_seqs * p->width_), perm[pool - 1]);
   std::int64_t next = 0;
@@ -64,16 +66,19 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
     std::vector<std::uint8_t> vb(kb.size());
     std::vector<std::int64_t> slots;
     std::int64_t r = 0;
-    for (int s = 0; s < num_seqs; ++s)
+    for (int s = 0; s < num_seqs; ++s) {
+      Rng seq_rng(spec.seed + 7919u * static_cast<std::uint64_t>(s + 1));
+      Rng& drng = spec.per_sequence_data ? seq_rng : rng;
       for (int t = 0; t < spec.seq_lens[s]; ++t, ++r) {
         slots.push_back(static_cast<std::int64_t>(p->block_table_[s * p->width_ + t / BS]) * BS + t % BS);
         for (std::int64_t e = 0; e < KVH * D; ++e) {
           const bool inf_key = s == 0 && t == 5 && e == spec.inf_key_kv_head * D;
           numeric::store_from_float(kb.data(), spec.dtype, r * KVH * D + e,
-                                    inf_key ? INFINITY : rng.uniform(-1, 1));
-          numeric::store_from_float(vb.data(), spec.dtype, r * KVH * D + e, rng.uniform(-1, 1));
+                                    inf_key ? INFINITY : drng.uniform(-1, 1));
+          numeric::store_from_float(vb.data(), spec.dtype, r * KVH * D + e, drng.uniform(-1, 1));
         }
       }
+    }
     if (rows > 0) {
       const TensorView hk = TensorView::contiguous(kb.data(), spec.dtype, {rows, KVH, D});
       const TensorView hv = TensorView::contiguous(vb.data(), spec.dtype, {rows, KVH, D});
@@ -89,8 +94,16 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   p->num_tokens_ = T;
   const std::size_t qbytes = static_cast<std::size_t>(T * H * D) * dtype_size(spec.dtype);
   p->q_host_.resize(qbytes);
-  for (std::int64_t i = 0; i < T * H * D; ++i)
-    numeric::store_from_float(p->q_host_.data(), spec.dtype, i, rng.uniform(-1, 1));
+  if (spec.per_sequence_data) {
+    for (int s = 0; s < num_seqs; ++s) {
+      Rng qrng(spec.seed + 104729u * static_cast<std::uint64_t>(s + 1));
+      for (std::int64_t i = p->starts_[s] * H * D; i < p->starts_[s + 1] * H * D; ++i)
+        numeric::store_from_float(p->q_host_.data(), spec.dtype, i, qrng.uniform(-1, 1));
+    }
+  } else {
+    for (std::int64_t i = 0; i < T * H * D; ++i)
+      numeric::store_from_float(p->q_host_.data(), spec.dtype, i, rng.uniform(-1, 1));
+  }
   p->seq_lens_.assign(spec.seq_lens.begin(), spec.seq_lens.end());
   p->alibi_.resize(static_cast<std::size_t>(H));
   p->sinks_.resize(static_cast<std::size_t>(H));
@@ -132,6 +145,14 @@ Result<std::unique_ptr<Problem>> Problem::make(const ProblemSpec& spec, bool que
   a.out = TensorView::contiguous(p->out_mem_.get(), spec.dtype, {T, H, D}, dev);
   if (spec.lse) a.lse = TensorView::contiguous(p->lse_mem_.get(), DType::kFloat32, {T, H}, dev);
   a.cache = *dc;
+  if (!spec.device_k_scales.empty()) {
+    const std::int64_t n = static_cast<std::int64_t>(spec.device_k_scales.size());
+    PAGEDATTN_RETURN_IF_ERROR(p->ksc_mem_.alloc(static_cast<std::size_t>(n) * 4, spec.device));
+    PAGEDATTN_RETURN_IF_ERROR(p->vsc_mem_.alloc(static_cast<std::size_t>(n) * 4, spec.device));
+    PAGEDATTN_RETURN_IF_ERROR(p->set_device_scales(spec.device_k_scales, spec.device_v_scales));
+    a.cache.k_scales = TensorView::contiguous(p->ksc_mem_.get(), DType::kFloat32, {n}, dev);
+    a.cache.v_scales = TensorView::contiguous(p->vsc_mem_.get(), DType::kFloat32, {n}, dev);
+  }
   a.block_table = TensorView::contiguous(p->bt_mem_.get(), DType::kInt32, {num_seqs, p->width_}, dev);
   a.seq_lens = TensorView::contiguous(p->sl_mem_.get(), DType::kInt32, {num_seqs}, dev);
   a.query_start_loc = TensorView::contiguous(p->qsl_mem_.get(), DType::kInt32, {num_seqs + 1}, dev);
@@ -184,6 +205,13 @@ Status Problem::poison_outputs() {
   return cuda::testsupport::memset_device(lse_mem_.get(), 0xFF, lse_mem_.size());
 }
 
+Status Problem::set_device_scales(const std::vector<float>& k, const std::vector<float>& v) {
+  spec_.device_k_scales = k;
+  spec_.device_v_scales = v;
+  PAGEDATTN_RETURN_IF_ERROR(ksc_mem_.upload(k));
+  return vsc_mem_.upload(v);
+}
+
 std::vector<std::uint8_t> Problem::out_bytes() const { return out_mem_.bytes(); }
 std::vector<std::uint8_t> Problem::lse_bytes() const { return lse_mem_.bytes(); }
 
@@ -207,8 +235,31 @@ std::string Problem::check_against_oracle() const {
   ra.params.sinks =
       spec_.sinks ? TensorView::contiguous(const_cast<float*>(sinks_.data()), DType::kFloat32, {H})
                   : TensorView{};
-  const Status st = reference_attention(ra);
-  if (!st.ok()) return "reference_attention: " + st.to_string();
+  if (spec_.device_k_scales.empty()) {
+    const Status st = reference_attention(ra);
+    if (!st.ok()) return "reference_attention: " + st.to_string();
+  } else {
+    // Device scales: one oracle run per KV head with its values as the host scalars, keeping
+    // that head's query heads.
+    const std::int64_t grp = H / spec_.num_kv_heads;
+    std::vector<float> r2(ref.size()), l2(ref_lse.size());
+    ra.out = TensorView::contiguous(r2.data(), DType::kFloat32, {T, H, D});
+    ra.lse = TensorView::contiguous(l2.data(), DType::kFloat32, {T, H});
+    for (int g = 0; g < spec_.num_kv_heads; ++g) {
+      const std::size_t j = spec_.device_k_scales.size() > 1 ? static_cast<std::size_t>(g) : 0;
+      ra.cache.k_scale = spec_.device_k_scales[j];
+      ra.cache.v_scale = spec_.device_v_scales[j];
+      const Status st = reference_attention(ra);
+      if (!st.ok()) return "reference_attention: " + st.to_string();
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t h = g * grp; h < (g + 1) * grp; ++h) {
+          ref_lse[static_cast<std::size_t>(t * H + h)] = l2[static_cast<std::size_t>(t * H + h)];
+          for (std::int64_t d = 0; d < D; ++d)
+            ref[static_cast<std::size_t>((t * H + h) * D + d)] =
+                r2[static_cast<std::size_t>((t * H + h) * D + d)];
+        }
+    }
+  }
   (void)num_seqs;
   const auto tol = testing::tolerance_for(spec_.dtype, spec_.kv_dtype);
   const std::vector<std::uint8_t> got = out_bytes();

@@ -136,6 +136,16 @@ struct ProblemSpec {
   /// The CUDA device that holds every tensor and the workspace; the calling thread's current
   /// device is left as it is (it may differ: the library must follow the tensors).
   int device = 0;
+  /// fp8 caches, non-empty: device-resident dequantisation scales (KVCache::k_scales /
+  /// v_scales) of 1 (per tensor) or num_kv_heads (per KV head) values, which replace the host
+  /// scalars for the kernels; check_against_oracle then runs the oracle once per KV head with
+  /// that head's values as the host scalars (the cache codes stay those the writer stored with
+  /// the host scalars).
+  std::vector<float> device_k_scales, device_v_scales;
+  /// Each sequence's keys, values and query rows come from generators of their own (seeded by
+  /// `seed` and the sequence's index), and the block table from another: sequence s then has
+  /// the same data in any batch that has it at index s (batch-invariance tests).
+  bool per_sequence_data = false;
 };
 
 class Problem {
@@ -160,6 +170,9 @@ class Problem {
   Status run_convenience(void* stream = nullptr);
   /// Poison out and lse on the device (0xFF bytes = NaN).
   Status poison_outputs();
+  /// Overwrite the device scales (same sizes as ProblemSpec::device_k_scales) without a new
+  /// plan; check_against_oracle uses the new values.
+  Status set_device_scales(const std::vector<float>& k, const std::vector<float>& v);
   std::vector<std::uint8_t> out_bytes() const;
   std::vector<std::uint8_t> lse_bytes() const;
   /// Compare the device output with the oracle under the harness tolerance; "" = pass.
@@ -180,7 +193,7 @@ class Problem {
   KVCache host_cache_;
   // device
   DeviceMem q_mem_, out_mem_, lse_mem_, kc_mem_, vc_mem_, bt_mem_, sl_mem_, qsl_mem_, al_mem_,
-      sk_mem_, ws_mem_;
+      sk_mem_, ws_mem_, ksc_mem_, vsc_mem_;
   std::size_t q_offset_ = 0;
   AttentionArgs args_;
   HostMetadata host_;

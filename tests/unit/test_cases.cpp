@@ -220,7 +220,7 @@ TEST(Matrix, WindowEdgeCasesHitTheOffByOneBoundaries) {
 TEST(Matrix, QuickSubsetIsSmallAndTouchesEverything) {
   const auto quick = matrix_cases(Device::cpu(), true);
   EXPECT_GE(quick.size(), 30u);
-  EXPECT_LE(quick.size(), 80u);
+  EXPECT_LE(quick.size(), 82u);  // 80 + the fp8 decode fast path's nhd and split cases
   std::set<std::string> combos, heads, blocks, features, tags, ratios;
   bool padded = false;
   for (const CaseConfig& c : quick) {

@@ -750,7 +750,7 @@ std::string h200_route(const testing::CaseConfig& c) {
     b.max_query_len = std::max(b.max_query_len, q);
   }
   const DeviceInfo h200 = synthetic_h200();
-  const bool aligned = c.page_pad % 8 == 0;
+  const bool aligned = c.page_pad % (is_fp8(c.kv_dtype) ? 16 : 8) == 0;
   const bool adjacent = c.layout == KVLayout::kNHD;
   auto dmma = [&](int forced) {
     const DecodeMmaConfig d = decode_mma_config(p, h200, forced, adjacent);
@@ -770,6 +770,25 @@ std::string h200_route(const testing::CaseConfig& c) {
   auto t = tiled_choose(p, h200, c.plan);
   if (!t.ok()) return t.status().message();
   return "tiled " + std::to_string(t->tile_tokens) + " " + std::to_string(t->num_splits);
+}
+
+// The fp8 and head-256 decode cases (dfp8*, dh256_*) run on the pipelined decode kernel on an
+// H200 (never the small-call kernel or head pairs, which read 16-bit caches of head 64/128
+// only), in more than one merge mode.
+TEST(MatrixCases, Fp8DecodeCasesTakeThePipelinedDecodeKernel) {
+  int n = 0;
+  std::map<std::string, int> modes;
+  for (const auto& c : testing::matrix_cases(Device::cuda(0))) {
+    if (c.tag.rfind("dfp8", 0) != 0 && c.tag.rfind("dh256_", 0) != 0) continue;
+    ++n;
+    const std::string route = h200_route(c);
+    EXPECT_EQ(route.rfind("dmma ", 0), 0u) << c.name << ": " << route;
+    EXPECT_EQ(route.find("small"), std::string::npos) << c.name;
+    EXPECT_EQ(route.find("pair"), std::string::npos) << c.name;
+    modes[route.substr(0, route.rfind(' '))]++;
+  }
+  EXPECT_EQ(n, 15);
+  EXPECT_GE(modes.size(), 2u);
 }
 
 // The edge cases of src/testing/cases.cpp (kernel boundaries the CPU cannot show) reach, on an

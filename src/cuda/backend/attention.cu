@@ -59,15 +59,18 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     if (decode_mma_aligned_strides(args)) {
       plan->decode_mma = true;
       plan->decode = decode_mma_config(problem, *info, state->options.num_splits,
-                                       decode_mma_heads_adjacent(args));
+                                       decode_mma_heads_adjacent(args),
+                                       state->options.batch_invariant);
       KernelChoice& pc = state->choice;
       if (plan->decode.pair_heads !=
-          decode_mma_config(problem, *info, state->options.num_splits).pair_heads) {
+          decode_mma_config(problem, *info, state->options).pair_heads) {
         // The tensors' strides decide the head pairing, which select_kernel could only assume
         // from the problem (dense nhd or not): report the cut that runs.
         pc.num_splits = plan->decode.num_splits;
         pc.shared_memory_bytes =
-            decode_mma_smem_bytes(plan->decode.pair_heads ? 128 : problem.head_size);
+            plan->decode.pair_heads
+                ? decode_mma_smem_bytes(128)
+                : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
         pc.reason += std::string(plan->decode.pair_heads
                                      ? "; KV heads paired after all (the cache's head stride is "
                                        "64; the two query groups side by side in the 8 columns)"
@@ -101,7 +104,8 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
              decode_mma_aligned_strides(args)) {
     plan->mixed = true;
     plan->decode_mma = true;
-    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args));
+    plan->decode = decode_mma_config(problem, *info, 0, decode_mma_heads_adjacent(args),
+                                     state->options.batch_invariant);
   } else if (state->choice.decode_rows_fast_path && !decode_mma_aligned_strides(args)) {
     state->choice.decode_rows_fast_path = false;
     state->choice.reason += " (not taken: strides are not multiples of 8 elements)";

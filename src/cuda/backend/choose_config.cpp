@@ -14,7 +14,8 @@ namespace pagedattn::cuda {
 Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
                                    const PlanOptions& options) {
   std::string why_not;
-  const std::int64_t smem = decode_mma_smem_bytes(problem.head_size);
+  const std::int64_t smem =
+      decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
   bool fast = decode_mma_supported(problem, &why_not);
   if (fast && smem > device_info.max_shared_memory_per_block) {
     fast = false;
@@ -29,13 +30,20 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     c.kernel = KernelId::kCudaDecodeMMA;
     c.access = problem.access;
     c.tile_tokens = kDecodeTileTokens;
-    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options.num_splits);
+    const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options);
     const int chunk = cut.chunk_tokens;
     c.num_splits = cut.num_splits;
     c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
     c.threads_per_block = kDecodeThreads;
-    c.reason = "decode fast path: all rows are decodes, " + std::string(to_string(problem.q_dtype)) +
-               " cache, head_size " + std::to_string(problem.head_size) + ", GQA " +
+    const bool fp8 = decode_mma_kv_bytes(problem) == 1;
+    c.reason = "decode fast path: all rows are decodes, " +
+               (fp8 ? std::string(to_string(problem.cache_dtype)) + " cache (" +
+                          to_string(problem.q_dtype) +
+                          " query; the fp8 bytes are staged as they are and dequantised to fp16 "
+                          "after the shared-memory load, fp16 MMAs, fp32 accumulation, k_scale "
+                          "in the softmax scale, v_scale in the normalisation)"
+                    : std::string(to_string(problem.q_dtype)) + " cache") +
+               ", head_size " + std::to_string(problem.head_size) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
@@ -47,10 +55,17 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                      : "KV heads not paired (paired, the call would take the small-call kernel, "
                        "which has no paired form, or the device lacks shared memory for the "
                        "head-128 stages); ") +
-               std::to_string(kDecodeStages) +
+               std::to_string(decode_mma_stages(problem.head_size, decode_mma_kv_bytes(problem))) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
-               " tokens (" + (options.num_splits > 0 ? "forced" : "balanced over the SMs") +
+               " tokens (" +
+               (cut.batch_invariant
+                    ? "batch-invariant: split points fixed every " +
+                          std::to_string(cut.chunk_tokens) +
+                          " tokens whatever the batch and device, merged by the merge kernel in "
+                          "a fixed order; no cluster merge, no small-call kernel"
+                    : options.num_splits > 0 ? "forced"
+                                             : "balanced over the SMs") +
                "), at most " + std::to_string(c.num_splits) + " per sequence";
     return c;
   }

@@ -64,6 +64,13 @@ struct DecodeParams {
   FastDiv cl_div;
   float* part_o;
   float* part_lse;
+  // fp8 caches: the dequantisation scales (fill_cache_scales; cache_scale picks the device
+  // value of a KV head or the host scalar).
+  const float* k_scales;
+  const float* v_scales;
+  int scales_stride;
+  float k_scale, v_scale;
+  int q_bf16;  // fp8 kernels (fp16 MMAs): 1 when the query and output are bf16
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -104,6 +111,47 @@ __device__ __forceinline__ float score_log2(const DecodeParams& p, float z, bool
     return z * kLog2e;
   }
   return z * p.scale_log2;
+}
+
+/// score_log2 for the fp8 kernels: `mul` replaces the softmax scale (times log2(e) without
+/// mods), so that it can carry k_scale and the query's power-of-two scale too.
+__device__ __forceinline__ float score_log2_mul(const DecodeParams& p, float z, bool mods,
+                                                float mul, float slope, int dist) {
+  if (mods) {
+    z *= mul;
+    if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
+    if (p.alibi != nullptr) z += slope * static_cast<float>(dist);
+    return z * kLog2e;
+  }
+  return z * mul;
+}
+
+/// Four fp8 codes (bytes b0..b3 of `x`, cache kind KV) as two fp16 pairs, exactly: `lo` = (b0,
+/// b1), `hi` = (b2, b3), first element in the low half. e5m2 is the top byte of an fp16.
+template <int KV>
+__device__ __forceinline__ void fp8_pairs_to_h2(unsigned x, unsigned* lo, unsigned* hi) {
+  if constexpr (KV == kKvE5M2) {
+    *lo = __byte_perm(x, 0u, 0x1404);
+    *hi = __byte_perm(x, 0u, 0x3424);
+  } else {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(*lo), "=r"(*hi)
+        : "r"(x));
+  }
+}
+
+/// The same for the register of a transposed ldmatrix of fp8 bytes (b0, b1: dims 2j, 2j + 1
+/// of one token; b2, b3: those of the next token): `lo` = (b0, b2), `hi` = (b1, b3), i.e. one
+/// dim of two consecutive tokens each.
+template <int KV>
+__device__ __forceinline__ void fp8_trans_to_h2(unsigned x, unsigned* lo, unsigned* hi) {
+  if constexpr (KV == kKvE5M2) {
+    *lo = __byte_perm(x, 0u, 0x2404);
+    *hi = __byte_perm(x, 0u, 0x3414);
+  } else {
+    fp8_pairs_to_h2<KV>(__byte_perm(x, 0u, 0x3120), lo, hi);
+  }
 }
 
 /// Sum of `v` over the 8 lanes of an S^T fragment that hold the same query-head column (lanes

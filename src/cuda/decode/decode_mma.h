@@ -25,7 +25,13 @@
 //    splits of a one-wave call merge inside a thread-block cluster (each CTA pushes its partial
 //    outputs with st.async into the shared memory of the CTA that combines them, which waits on
 //    an mbarrier for exactly those bytes: no cluster-wide barrier), the others through a
-//    deterministic log-sum-exp merge kernel.
+//    deterministic log-sum-exp merge kernel;
+//  - fp8 caches (e4m3, e5m2) stage their bytes as they are (half the bytes of a 16-bit tile)
+//    and dequantise to fp16 after each ldmatrix (exact), both MMAs in fp16 whatever the query
+//    dtype (a bf16 query is rescaled by a power of two per head into fp16 in shared memory);
+//    k_scale joins the softmax scale, v_scale the final normalisation (decode_mma.cu explains
+//    the permuted k-steps that let ldmatrix move fp8 bytes);
+//  - head 256 (GQA <= 8) runs one CTA per SM (its three stages take 192 KB of shared memory).
 #pragma once
 
 #include <algorithm>
@@ -44,6 +50,12 @@ inline constexpr int kDecodeTileTokens = 64;
 inline constexpr int kDecodeThreads = 128;
 /// Most splits of one sequence (the merge kernel keeps one weight per split in shared memory).
 inline constexpr int kMaxDecodeSplits = 512;
+/// Split size of batch-invariant plans (PlanOptions::batch_invariant): every sequence's keys
+/// are cut at multiples of this many tokens (from its window start rounded down to 64),
+/// whatever the batch and the device, and the splits merge in the merge kernel with a fixed
+/// number of split groups; up to kMaxDecodeSplits splits (524288 tokens; a longer sequence
+/// in the batch lengthens every split).
+inline constexpr int kBatchInvariantChunkTokens = 1024;
 /// Most sequences of a work-list call (the kernel's scan: 32 lanes x 8 sequences).
 inline constexpr int kWorkListMaxSeqs = 256;
 
@@ -137,21 +149,44 @@ inline constexpr int kDecodeStages = 3;
 /// spills; with 16 columns it needs 3 CTAs' budget, and head 128 2 CTAs'. On an H200, head 64
 /// at 4 CTAs per SM took W2 from 136.7 to 133.1 us against 3 CTAs with a 4-stage pipeline
 /// (docs/performance.md).
+/// Head 256 (GQA <= 8 only) holds one CTA per SM in shared memory anyway: 255 registers.
 constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
-  return head_size <= 64 ? (gqa <= 8 ? 4 : 3) : 2;
+  return head_size <= 64 ? (gqa <= 8 ? 4 : 3) : head_size <= 128 ? 2 : 1;
+}
+
+/// Stages of the pipeline for head `head_size` and `kv_bytes`-byte cache elements:
+/// kDecodeStages, except fp8 head 128, which takes 6 (the bytes in flight of 16-bit head 128,
+/// and shared memory for 2 CTAs per SM as the plan counts them: with 3 stages its 164
+/// registers and 54 KB let 3 CTAs share an SM, and W1's 512 CTAs ran as 396 plus a tail of 116
+/// at 70% of the read ceiling, where fp8 head 256, 2 CTAs per SM in 1.94 waves, reached 93%).
+constexpr int decode_mma_stages(int head_size, int kv_bytes) {
+  return kv_bytes == 1 && head_size == 128 ? 6 : kDecodeStages;
 }
 
 /// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
-/// swizzled token rows) plus 16 query rows and 256 bytes to align the tiles.
-inline std::int64_t decode_mma_smem_bytes(int head_size) {
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * 2;  // 16-bit elements
-  return kDecodeStages * 2 * tile + 16 * head_size * 2 + 256;
+/// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8) plus 16
+/// query rows (16-bit) and the slack to align the tiles to their row size (256 bytes, 512 for
+/// the 512-byte rows of 16-bit head 256, whose swizzle XORs address bits 4-8).
+inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
+  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * kv_bytes;
+  return decode_mma_stages(head_size, kv_bytes) * 2 * tile + 16 * head_size * 2 +
+         (head_size * kv_bytes > 256 ? 512 : 256);
+}
+
+/// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,
+/// 2 otherwise): the kv_bytes argument of decode_mma_smem_bytes / decode_mma_slots.
+inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
+  return problem.cache_dtype == DType::kFloat8E4M3 || problem.cache_dtype == DType::kFloat8E5M2
+             ? 1
+             : 2;
 }
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
-/// every sequence a decode (query_len 1) or skipped, query and cache fp16 or bf16 of one dtype,
-/// head_size 64 or 128, GQA ratio <= 16, and for the split layout block_size % 8 == 0 (16-byte
-/// value chunks must not cross a block). Alignment of strides and pointers is checked per call
+/// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
+/// same dtype or fp8 (e4m3, e5m2), head_size 64 or 128 (GQA ratio <= 16) or 256 (GQA ratio
+/// <= 8: the registers of 16 query columns would spill), and for the split
+/// layout block_size % 8 == 0 (16-bit caches) / % 16 == 0 (fp8): 16-byte value chunks must not
+/// cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.
 bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
 /// The same rules without "every sequence a decode": whether the decode rows of a mixed batch
@@ -185,7 +220,8 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 /// holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16). `extra_smem_bytes`: shared
 /// memory each CTA takes beyond decode_mma_smem_bytes (the cluster merge's receive buffer).
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
-                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes = 0);
+                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes = 0,
+                              int kv_bytes = 2);
 
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {
@@ -220,6 +256,11 @@ struct DecodeMmaConfig {
   /// it launches while the last splits run, loads its metadata and waits for them (every CTA,
   /// so that it never completes before the split kernel).
   bool dependent_launch = false;
+  /// PlanOptions::batch_invariant: chunk_tokens is kBatchInvariantChunkTokens, no cluster
+  /// merge and no small-call kernel, and the merge kernel folds the splits in a fixed number
+  /// of split groups (not one that follows the batch's longest sequence), so a sequence's bits
+  /// do not depend on the batch.
+  bool batch_invariant = false;
 };
 
 /// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: where the head
@@ -232,7 +273,8 @@ struct DecodeMmaConfig {
 /// GQA group of at most 4 the 2 gqa columns fit the 8 MMA columns, so the MMAs per K/V byte
 /// are those of the unpaired kernel, while each CTA streams twice the bytes through the
 /// head-128 pipeline (half the CTAs, each tile's fixed work amortised over 256-byte rows).
-/// Needs an even num_kv_heads, the nhd layout and `heads_adjacent`: key and value head strides
+/// Needs a cache of the query's dtype (not fp8), an even num_kv_heads, the nhd layout and
+/// `heads_adjacent`: key and value head strides
 /// of exactly 64 elements (decode_mma_heads_adjacent), as in any dense nhd block, padded pages
 /// and blocks interleaved with other tensors included.
 bool decode_mma_pairs_heads(const ProblemDesc& problem, bool heads_adjacent);
@@ -250,12 +292,21 @@ inline bool decode_mma_heads_adjacent(const ProblemDesc& problem) {
 /// cc_major >= 9). A problem that decode_mma_pairs_heads allows is cut as the paired problem
 /// (head 128, half the KV heads, twice the GQA group) unless the unpaired cut takes the
 /// small-call kernel or the paired cut would.
+/// `batch_invariant` (PlanOptions::batch_invariant): the cut of DecodeMmaConfig::batch_invariant
+/// (forced_splits is then ignored).
 DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
-                                  int forced_splits, bool heads_adjacent);
+                                  int forced_splits, bool heads_adjacent,
+                                  bool batch_invariant = false);
 /// The same with heads_adjacent = decode_mma_heads_adjacent(problem).
 inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
                                          int forced_splits) {
   return decode_mma_config(problem, device, forced_splits, decode_mma_heads_adjacent(problem));
+}
+/// The cut `options` ask for (num_splits, batch_invariant) with heads_adjacent as above.
+inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const DeviceInfo& device,
+                                         const PlanOptions& options) {
+  return decode_mma_config(problem, device, options.num_splits, decode_mma_heads_adjacent(problem),
+                           options.batch_invariant);
 }
 
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).

@@ -42,11 +42,18 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   if (pr.batch.num_decode_seqs == 0) return no("the batch has no decode rows");
   if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
     return no("query dtype is not fp16/bf16");
-  if (pr.cache_dtype != pr.q_dtype) return no("cache dtype differs from the query dtype");
-  if (pr.head_size != 64 && pr.head_size != 128) return no("head_size is not 64 or 128");
+  const bool fp8 = decode_mma_kv_bytes(pr) == 1;
+  if (pr.cache_dtype != pr.q_dtype && !fp8)
+    return no("cache dtype is neither the query dtype nor fp8 e4m3/e5m2");
+  if (pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
+    return no("head_size is not 64, 128 or 256");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
+  if (pr.head_size == 256 && pr.gqa_ratio() > 8) return no("head_size 256 with a GQA ratio above 8");
   if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
     return no("split layout with block_size % 8 != 0");
+  // An fp8 value chunk is 16 tokens of one head dim.
+  if (fp8 && pr.layout == KVLayout::kSplit && pr.block_size % 16 != 0)
+    return no("fp8 split layout with block_size % 16 != 0");
   if (pr.batch.num_seqs > 65535) return no("more than 65535 sequences");
   // The grid's y dimension (grid mode: one CTA row per KV head; the small kernel likewise).
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
@@ -55,6 +62,12 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
 
 bool decode_mma_aligned_strides(const AttentionArgs& args) {
   if (!mma_copy_aligned_strides(args)) return false;
+  // fp8 caches: 16 bytes are 16 elements.
+  const DType kv = args.cache.key.dtype;
+  if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
+    for (const TensorView* v : {&args.cache.key, &args.cache.value})
+      for (int d = 0; d + 1 < v->ndim; ++d)
+        if (v->shape[d] > 1 && v->strides[d] % 16 != 0) return false;
   // The kernel multiplies cache strides in 32 bits (products are formed in 64 bits) and
   // block-table offsets (block index x column stride) in 32 bits.
   for (const TensorView* v : {&args.cache.key, &args.cache.value})
@@ -72,8 +85,9 @@ bool decode_mma_aligned(const AttentionArgs& args) {
 }
 
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
-                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes) {
-  const std::int64_t smem = decode_mma_smem_bytes(head_size) + extra_smem_bytes;
+                              std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes,
+                              int kv_bytes) {
+  const std::int64_t smem = decode_mma_smem_bytes(head_size, kv_bytes) + extra_smem_bytes;
   const std::int64_t per_sm = std::clamp<std::int64_t>(
       (max_smem_per_block + 1024) / (smem + 1024), 1, decode_mma_reg_ctas(head_size, gqa));
   return std::max<std::int64_t>(1, num_units) * per_sm;
@@ -81,8 +95,8 @@ std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
 
 int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
                      int forced_splits, int* num_splits) {
-  const std::int64_t slots =
-      decode_mma_slots(pr.head_size, pr.gqa_ratio(), num_units, max_smem_per_block);
+  const std::int64_t slots = decode_mma_slots(pr.head_size, pr.gqa_ratio(), num_units,
+                                              max_smem_per_block, 0, decode_mma_kv_bytes(pr));
   // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
   std::int64_t longest = std::max(1, pr.batch.max_seq_len);
   std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
@@ -164,6 +178,7 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
 
 bool decode_mma_pairs_heads(const ProblemDesc& pr, bool heads_adjacent) {
   return heads_adjacent && pr.head_size == 64 && pr.layout == KVLayout::kNHD &&
+         pr.cache_dtype == pr.q_dtype &&
          pr.num_kv_heads >= 2 && pr.num_kv_heads % 2 == 0 && pr.gqa_ratio() <= 4;
 }
 
@@ -177,10 +192,26 @@ bool decode_mma_heads_adjacent(const AttentionArgs& args) {
 
 namespace {
 
-DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int forced_splits) {
+DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int forced_splits,
+                           bool invariant) {
   DecodeMmaConfig c;
-  c.chunk_tokens = decode_mma_chunk(pr, device.num_units, device.max_shared_memory_per_block,
-                                    forced_splits, &c.num_splits);
+  if (invariant) {
+    // Fixed split points: the kernel cuts [lo rounded down to 64, len) every chunk tokens.
+    std::int64_t longest = std::max(1, pr.batch.max_seq_len);
+    if (pr.sliding_window > 0)
+      longest = std::min<std::int64_t>(longest,
+                                       std::int64_t{pr.sliding_window} + kDecodeTileTokens - 1);
+    const std::int64_t bound = (longest + kMaxDecodeSplits - 1) / kMaxDecodeSplits;
+    const std::int64_t chunk = std::max<std::int64_t>(
+        kBatchInvariantChunkTokens, (bound + kDecodeTileTokens - 1) / kDecodeTileTokens *
+                                        kDecodeTileTokens);
+    c.chunk_tokens = static_cast<int>(chunk);
+    c.num_splits = static_cast<int>((longest + chunk - 1) / chunk);
+    c.batch_invariant = true;
+  } else {
+    c.chunk_tokens = decode_mma_chunk(pr, device.num_units, device.max_shared_memory_per_block,
+                                      forced_splits, &c.num_splits);
+  }
   // Each sequence has ceil(range / chunk) <= range / chunk + 1 splits, and the ranges add up
   // to at most total_kv_tokens.
   const std::int64_t seqs = std::max(1, pr.batch.num_decode_seqs);
@@ -190,20 +221,25 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
   // Thread-block clusters need compute capability 9.0; decided here, once per plan, rather
   // than by a device query per run.
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
-  const std::int64_t base = decode_mma_smem_bytes(pr.head_size);
+  const int kvb = decode_mma_kv_bytes(pr);
+  const std::int64_t base = decode_mma_smem_bytes(pr.head_size, kvb);
   const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
   const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
   c.smem_limit = clusters ? with_rx : base;
   c.dependent_launch = device.cc_major >= 9;
   // A work-list call merges through the merge kernel whatever its wave count.
-  c.cluster_merge = clusters && c.num_splits >= 2 && c.num_splits <= kMaxClusterSplits &&
+  c.cluster_merge = !invariant && clusters && c.num_splits >= 2 &&
+                    c.num_splits <= kMaxClusterSplits &&
                     !decode_mma_work_list(c.num_splits, pr.batch.num_seqs) &&
                     ctas <= decode_mma_slots(pr.head_size, pr.gqa_ratio(), device.num_units,
                                              device.max_shared_memory_per_block,
                                              decode_cluster_rx_bytes(pr.head_size,
                                                                      pr.gqa_ratio(),
-                                                                     c.num_splits));
-  c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit &&
+                                                                     c.num_splits),
+                                             kvb);
+  // The small-call kernel reads 16-bit caches only (fp8 calls keep the pipelined kernel).
+  c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit && kvb == 2 &&
+                   pr.head_size <= 128 &&
                    c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
                    decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
                            decode_small_static_smem_bytes(pr.gqa_ratio()) <=
@@ -214,8 +250,8 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
 }  // namespace
 
 DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& device,
-                                  int forced_splits, bool heads_adjacent) {
-  const DecodeMmaConfig c = config_for(pr, device, forced_splits);
+                                  int forced_splits, bool heads_adjacent, bool batch_invariant) {
+  const DecodeMmaConfig c = config_for(pr, device, forced_splits, batch_invariant);
   // The small-call kernel has no paired form; a call small enough for it stays unpaired.
   if (c.small_kernel || !decode_mma_pairs_heads(pr, heads_adjacent) ||
       decode_mma_smem_bytes(128) > device.max_shared_memory_per_block)
@@ -223,7 +259,7 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   ProblemDesc paired = pr;
   paired.head_size = 128;
   paired.num_kv_heads = pr.num_kv_heads / 2;
-  DecodeMmaConfig cp = config_for(paired, device, forced_splits);
+  DecodeMmaConfig cp = config_for(paired, device, forced_splits, batch_invariant);
   if (cp.small_kernel) return c;
   cp.pair_heads = true;
   cp.smem_limit_unpaired = c.smem_limit;

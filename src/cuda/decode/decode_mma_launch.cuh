@@ -1,0 +1,242 @@
+// The decode fast path's merge kernel and launchers (decode_mma_kernel.cuh has the split
+// kernel): shared by decode_mma.cu (16-bit caches, decode_mma_run) and decode_mma_fp8.cu (fp8
+// caches), which compile in parallel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/status.h"
+#include "src/cuda/decode/decode_common.cuh"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_mma_kernel.cuh"
+
+namespace pagedattn::cuda {
+
+namespace decode {
+
+/// Launch geometry of one call.
+struct DecodeGrid {
+  int num_splits, num_kv_heads, num_seqs;
+  int list_ctas;   // > 0: work-list mode with this many CTAs per KV head
+  int smem_limit;  // the kernel's dynamic shared-memory attribute (DecodeMmaConfig)
+  bool dependent_launch;  // the merge kernel by programmatic dependent launch
+  // Batch-invariant plans: the merge kernel's split groups are fixed (the most a CTA holds),
+  // so the order in which a sequence's splits are folded does not follow the batch.
+  bool invariant;
+};
+
+/// Launch the fp8-cache kernels (decode_mma_fp8.cu) for head `head` (64, 128 or 256), cache
+/// dtype `kv` (e4m3 or e5m2) and `layout`, then the merge kernel when the call has splits.
+/// Errors: kInternal when a launch fails.
+Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
+                       const DecodeGrid& gr, cudaStream_t stream);
+
+}  // namespace decode
+
+namespace {
+
+/// Most threads of the merge kernel's CTA (HEAD / 4 per split group, at most as many groups
+/// as the call has splits: a batch of two-split sequences launches thousands of these CTAs).
+constexpr int kMergeThreads = 256;
+
+/// Combine the splits of each (decode sequence, query head): a fixed-order log-sum-exp merge
+/// (deterministic), adding the sink once. The merge runs after the split kernel, so its own
+/// time is added to the call: it is latency-bound, and its cost is the number of dependent
+/// memory round trips. Here a thread owns 4 head dims (one 16-byte load per split) and one of
+/// G split groups, loads the LSEs and partial outputs of up to 8 of its splits in one batch
+/// (one round trip for up to 8 G splits: 64 for head 128), folds them into a running
+/// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
+/// metadata loads go out together first: two round trips in all, where one thread per head dim
+/// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
+/// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
+template <class T, int HEAD>
+__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+  constexpr int V = HEAD / 4;                // threads per output row
+  constexpr int GMAX = kMergeThreads / V;    // split groups at most
+  constexpr int U = 8;                       // splits per thread per batch
+  const int G = static_cast<int>(blockDim.x) / V;
+  __shared__ float s_m[GMAX], s_l[GMAX];
+  __shared__ __align__(16) float s_acc[GMAX][HEAD];
+  const int h = blockIdx.x, s = blockIdx.y;
+  const int g = threadIdx.x / V, c = threadIdx.x % V;
+  const int q0 = p.qsl[s * p.qsl_stride];
+  const int q1 = p.qsl[(s + 1) * p.qsl_stride];
+  const int len = p.seq_lens[s * p.sl_stride];
+  // Every CTA waits, also those that have nothing to merge: a grid launched as a programmatic
+  // dependent may otherwise complete before its prerequisite, and the stream's next operation
+  // would then start while the split kernel still writes outputs.
+  griddep_wait();
+  if (q1 - q0 != 1) return;
+  const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
+  if (nsplit <= 1) return;  // the split kernel wrote the output itself
+  const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
+  float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int i0 = g; i0 < nsplit; i0 += G * U) {
+    float lse[U];
+    float4 o[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = i0 + u * G;
+      const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
+      lse[u] = i < nsplit ? p.part_lse[row] : -INFINITY;
+      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * HEAD + 4 * c)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float mb = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) mb = fmaxf(mb, lse[u]);
+    bool any = false;  // a split with keys, or with NaN scores (NaN != -inf)
+#pragma unroll
+    for (int u = 0; u < U; ++u) any |= lse[u] != -INFINITY;
+    if (!any) continue;  // only empty splits in this batch: nothing to add
+    // While mb is -inf the state holds only 0s (empty splits) or NaNs (splits whose scores
+    // were all NaN), which the NaN weights below keep.
+    const float mb_base = softmax_base(mb);
+    const float r = __expf(m - mb_base);  // 0 while m is -inf
+    l *= r;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) acc[k] *= r;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const float w = __expf(lse[u] - mb_base);  // 0 for an empty split (-inf)
+      l += w;
+      acc[0] += w * o[u].x;
+      acc[1] += w * o[u].y;
+      acc[2] += w * o[u].z;
+      acc[3] += w * o[u].w;
+    }
+    m = mb;
+  }
+  if (c == 0) {
+    s_m[g] = m;
+    s_l[g] = l;
+  }
+#pragma unroll
+  for (int k = 0; k < 4; ++k) s_acc[g][4 * c + k] = acc[k];
+  __syncthreads();
+  if (g != 0) return;
+  float M = -INFINITY;
+  for (int j = 0; j < G; ++j) M = fmaxf(M, s_m[j]);
+  float sk = -INFINITY;
+  if (p.sinks != nullptr) {
+    sk = p.sinks[static_cast<std::int64_t>(h) * p.sinks_stride];
+    M = fmaxf(M, sk);
+  }
+  const float m_base = softmax_base(M);
+  float den = __expf(sk - m_base);
+  float out[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int j = 0; j < G; ++j) {
+    // A group that saw only empty splits (m -inf) weighs 0; its l and acc are 0, or NaN.
+    const float w = __expf(s_m[j] - m_base);
+    den += w * s_l[j];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
+  }
+  // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
+  const float lse_total = den != 0.f ? m_base + __logf(den) : NAN;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) store_output<T>(p, q0, h, 4 * c + k, out[k] / den, lse_total);
+}
+
+template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
+          class TO = T>
+Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
+  constexpr int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1);
+  constexpr int HO = PAIR ? HEAD / 2 : HEAD;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
+  const int smem = static_cast<int>(
+      decode_mma_smem_bytes(HEAD, KV == kKvSame ? 2 : 1) +
+      (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
+  // The attribute is per function and per device; setting it is not a stream operation, so
+  // it is legal during graph capture, and cheap enough to repeat. It is the same for every
+  // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
+  // launch still runs after calls without one.
+  PA_CUDA_RETURN(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, gr.smem_limit),
+      "decode_mma: cudaFuncSetAttribute");
+  const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
+                                     : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
+  if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
+    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kDecodeThreads, static_cast<std::size_t>(smem),
+                                        static_cast<unsigned>(gr.num_splits), stream, p),
+                   "decode_mma: cluster launch");
+    return Status::Ok();
+  }
+  kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
+  PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
+  if (gr.num_splits > 1) {
+    const int groups =
+        gr.invariant ? kMergeThreads / (HO / 4) : std::min(gr.num_splits, kMergeThreads / (HO / 4));
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(p.num_heads, gr.num_seqs);
+    cfg.blockDim = dim3(groups * (HO / 4));
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    // Also inside a stream capture: the graph then holds a programmatic edge from the split
+    // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
+    cfg.numAttrs = gr.dependent_launch ? 1 : 0;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+    if (err != cudaSuccess && cfg.numAttrs == 1 &&
+        (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
+      // A driver that refuses the attribute: the plain launch is correct too (the kernel's
+      // griddepcontrol.wait is then a no-op).
+      (void)cudaGetLastError();
+      cfg.numAttrs = 0;
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+    }
+    PA_CUDA_RETURN(err, "decode_mma: merge launch");
+  }
+  return Status::Ok();
+}
+
+template <class T, int HEAD>
+Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
+                     cudaStream_t stream) {
+  if constexpr (HEAD == 256) {  // GQA <= 8 only (decode_mma_rows_supported)
+    if (layout == KVLayout::kSplit) return launch<T, HEAD, true, 1>(p, gr, stream);
+    return launch<T, HEAD, false, 1>(p, gr, stream);
+  } else {
+    const bool wide = p.gqa > 8;
+    if (layout == KVLayout::kSplit)
+      return wide ? launch<T, HEAD, true, 2>(p, gr, stream) : launch<T, HEAD, true, 1>(p, gr, stream);
+    return wide ? launch<T, HEAD, false, 2>(p, gr, stream) : launch<T, HEAD, false, 1>(p, gr, stream);
+  }
+}
+
+/// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
+/// output dtype.
+template <int HEAD, int KV, class TO>
+Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
+                         cudaStream_t stream) {
+  if constexpr (HEAD == 256) {
+    if (layout == KVLayout::kSplit) return launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
+    return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+  } else {
+    const bool wide = p.gqa > 8;
+    if (layout == KVLayout::kSplit)
+      return wide ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
+                  : launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
+    return wide ? launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream)
+                : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+  }
+}
+
+template <int HEAD>
+Status launch_fp8(const DecodeParams& p, DType kv, KVLayout layout, const DecodeGrid& gr,
+                  cudaStream_t stream) {
+  if (kv == DType::kFloat8E4M3)
+    return p.q_bf16 ? launch_fp8_layout<HEAD, kKvE4M3, __nv_bfloat16>(p, layout, gr, stream)
+                    : launch_fp8_layout<HEAD, kKvE4M3, __half>(p, layout, gr, stream);
+  return p.q_bf16 ? launch_fp8_layout<HEAD, kKvE5M2, __nv_bfloat16>(p, layout, gr, stream)
+                  : launch_fp8_layout<HEAD, kKvE5M2, __half>(p, layout, gr, stream);
+}
+
+}  // namespace
+
+}  // namespace pagedattn::cuda

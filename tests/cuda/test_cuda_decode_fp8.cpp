@@ -1,0 +1,228 @@
+// fp8 caches and head 256 on the CUDA decode fast path (decode_mma_kernel.cuh, KV = e4m3 /
+// e5m2): every layout, head sizes 64, 128 and 256, GQA groups of 1-16 (1-8 for head 256), block
+// sizes that do and do not divide the 64-token tile,
+// the merge modes (one split, cluster merge, merge kernel) and the score modifiers, through
+// the shared harness (cache written by write_kv into NaN-poisoned memory, compared with the
+// oracle under the fp8 tolerance); and the device-resident scales (KVCache::k_scales /
+// v_scales, per tensor and per KV head), including a second run after the scales changed on
+// the device, which must use the new values without a new plan. Without a GPU every test
+// skips.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "src/testing/harness.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace pagedattn::testing {
+/// Defined in test_cuda_matrix.cpp: GoogleTest prints a case by its name.
+void PrintTo(const CaseConfig& config, std::ostream* os);
+}  // namespace pagedattn::testing
+
+namespace pagedattn::cudatest {
+namespace {
+
+using testing::CaseConfig;
+using testing::CaseResult;
+
+std::vector<CaseConfig> fp8_decode_cases() {
+  std::vector<CaseConfig> out;
+  int n = 0;
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (DType q : {DType::kFloat16, DType::kBFloat16})
+      for (int head : {64, 128})
+        for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
+          const std::vector<int> blocks = layout == KVLayout::kSplit ? std::vector<int>{16, 32}
+                                                                     : std::vector<int>{1, 7, 16, 32};
+          // Two GQA groups per combination, rotating through 1, 3, 4, 8 and 16 (one and two
+          // column tiles), to keep the suite short.
+          const int gqas[] = {1, 3, 4, 8, 16};
+          for (int i = 0; i < 2; ++i) {
+            const int gqa = gqas[static_cast<std::size_t>(n + 2 * i) % 5];
+            CaseConfig c;
+            c.device = Device::cuda();
+            c.layout = layout;
+            c.num_kv_heads = 2;
+            c.num_heads = 2 * gqa;
+            c.head_size = head;
+            c.block_size = blocks[static_cast<std::size_t>(i) % blocks.size()];
+            c.dtype = q;
+            c.kv_dtype = kv;
+            c.k_scale = 0.125f;
+            c.v_scale = 0.03125f;
+            // Boundary lengths around the 16-token warp rows and 64-token tiles, one skipped
+            // sequence (query_len 0), and a long one that splits.
+            c.seq_lens = {1, 17, 63, 64, 65, 700, 40};
+            c.query_lens = {1, 1, 1, 1, 1, 1, 0};
+            c.seed = 1000 + static_cast<std::uint64_t>(n);
+            switch (n % 5) {
+              case 1: c.plan.num_splits = 3; break;  // merge kernel / cluster merge
+              case 2: c.sliding_window = 100; break;
+              case 3: c.softcap = 30.0f; c.alibi = true; break;
+              case 4: c.sinks = true; c.plan.num_splits = 2; break;
+              default: break;
+            }
+            out.push_back(c);
+            ++n;
+          }
+        }
+  // Head 256 (GQA <= 8): 16-bit caches (512-byte rows) and fp8, every layout.
+  for (DType kv : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
+      const int gqas[] = {1, 3, 4, 8};
+      for (int i = 0; i < 2; ++i) {
+        const int gqa = gqas[static_cast<std::size_t>(n + i) % 4];
+        CaseConfig c;
+        c.device = Device::cuda();
+        c.layout = layout;
+        c.num_kv_heads = 2;
+        c.num_heads = 2 * gqa;
+        c.head_size = 256;
+        c.block_size = layout == KVLayout::kSplit ? 16 : (i % 2 ? 7 : 32);
+        c.dtype = kv == DType::kFloat16 ? DType::kFloat16
+                  : kv == DType::kFloat8E5M2 ? DType::kFloat16
+                                             : DType::kBFloat16;
+        c.kv_dtype = kv;
+        if (is_fp8(kv)) {
+          c.k_scale = 0.125f;
+          c.v_scale = 0.03125f;
+        }
+        c.seq_lens = {1, 17, 64, 65, 700, 40};
+        c.query_lens = {1, 1, 1, 1, 1, 0};
+        c.seed = 5000 + static_cast<std::uint64_t>(n);
+        switch (n % 4) {
+          case 1: c.plan.num_splits = 3; break;
+          case 2: c.sliding_window = 100; c.sinks = true; break;
+          case 3: c.softcap = 30.0f; c.alibi = true; break;
+          default: break;
+        }
+        out.push_back(c);
+        ++n;
+      }
+    }
+  // One sequence alone (the latency-bound one-wave cuts: cluster merge of 2-8 splits).
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kBFloat16})
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit})
+      for (int head : {128, 256}) {
+      if ((kv == DType::kFloat8E5M2) != (layout == KVLayout::kSplit) && head == 256) continue;
+      CaseConfig c;
+      c.device = Device::cuda();
+      c.layout = layout;
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+      c.head_size = head;
+      c.dtype = DType::kBFloat16;
+      c.kv_dtype = kv;
+      if (is_fp8(kv)) {
+        c.k_scale = 0.25f;
+        c.v_scale = 0.5f;
+      }
+      c.seq_lens = {3000};
+      c.query_lens = {1};
+      c.seed = 77;
+      out.push_back(c);
+    }
+  return out;
+}
+
+std::string param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
+  return testing::case_name(info.param) + "_" + std::to_string(info.index);
+}
+
+class CudaDecodeFp8 : public ::testing::TestWithParam<CaseConfig> {};
+
+TEST_P(CudaDecodeFp8, MatchesOracleOnTheDecodeFastPath) {
+  PA_SKIP_WITHOUT_GPU();
+  const CaseConfig& config = GetParam();
+  const CaseResult result = testing::run_case(config);
+  ASSERT_TRUE(result.status.ok()) << result.status.to_string();
+  EXPECT_GT(result.elements_checked, 0);
+  EXPECT_EQ(result.choice.kernel, KernelId::kCudaDecodeMMA) << result.choice.reason;
+  EXPECT_TRUE(result.pass) << result.detail << "\n  splits " << result.choice.num_splits
+                           << ", worst ratio " << result.worst_ratio << "\n  "
+                           << result.choice.reason;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeFp8, ::testing::ValuesIn(fp8_decode_cases()),
+                         param_name);
+
+/// Device scales: per tensor ([1]) or per KV head ([num_kv_heads]).
+struct ScaleCase {
+  KVLayout layout;
+  DType q, kv;
+  int head;
+  bool per_head;
+  int forced_splits;
+};
+
+class CudaDecodeFp8DeviceScales : public ::testing::TestWithParam<ScaleCase> {};
+
+TEST_P(CudaDecodeFp8DeviceScales, KernelReadsTheScalesAtRunTime) {
+  PA_SKIP_WITHOUT_GPU();
+  const ScaleCase sc = GetParam();
+  ProblemSpec spec;
+  spec.layout = sc.layout;
+  spec.num_heads = 16;
+  spec.num_kv_heads = 4;
+  spec.head_size = sc.head;
+  spec.block_size = 16;
+  spec.dtype = sc.q;
+  spec.kv_dtype = sc.kv;
+  spec.seq_lens = {1, 70, 333, 1200};
+  spec.query_lens = {1, 1, 1, 1};
+  spec.plan.num_splits = sc.forced_splits;
+  spec.seed = 11;
+  const int n = sc.per_head ? spec.num_kv_heads : 1;
+  std::vector<float> ks(static_cast<std::size_t>(n)), vs(static_cast<std::size_t>(n));
+  for (int g = 0; g < n; ++g) {
+    ks[g] = 0.25f * static_cast<float>(g + 1);
+    vs[g] = 2.0f / static_cast<float>(g + 1);
+  }
+  spec.device_k_scales = ks;
+  spec.device_v_scales = vs;
+  auto pr = Problem::make(spec);
+  ASSERT_TRUE(pr.ok()) << pr.status().to_string();
+  PA_ASSERT_OK((*pr)->plan());
+  EXPECT_EQ((*pr)->attention_plan().choice().kernel, KernelId::kCudaDecodeMMA)
+      << (*pr)->attention_plan().choice().reason;
+  PA_ASSERT_OK((*pr)->run());
+  PA_ASSERT_OK(cuda::device_synchronize());
+  EXPECT_EQ((*pr)->check_against_oracle(), "");
+  // New values on the device, the same plan: the kernel must read them (graph replays rely on
+  // it), and the output must move.
+  const auto before = (*pr)->out_bytes();
+  for (int g = 0; g < n; ++g) {
+    ks[g] *= 1.5f;
+    vs[g] *= 0.75f;
+  }
+  PA_ASSERT_OK((*pr)->set_device_scales(ks, vs));
+  PA_ASSERT_OK((*pr)->poison_outputs());
+  PA_ASSERT_OK((*pr)->run());
+  PA_ASSERT_OK(cuda::device_synchronize());
+  EXPECT_EQ((*pr)->check_against_oracle(), "");
+  EXPECT_FALSE((*pr)->out_bytes() == before);
+}
+
+std::vector<ScaleCase> scale_cases() {
+  std::vector<ScaleCase> v;
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit})
+    for (bool per_head : {false, true}) {
+      v.push_back({layout, DType::kBFloat16, DType::kFloat8E4M3, per_head ? 128 : 64, per_head, 0});
+      v.push_back({layout, DType::kFloat16, DType::kFloat8E5M2, per_head ? 64 : 128, per_head, 3});
+    }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scales, CudaDecodeFp8DeviceScales, ::testing::ValuesIn(scale_cases()),
+                         [](const ::testing::TestParamInfo<ScaleCase>& info) {
+                           const ScaleCase& c = info.param;
+                           return std::string(to_string(c.layout)) + "_" + to_string(c.q) + "_" +
+                                  to_string(c.kv) + "_h" + std::to_string(c.head) +
+                                  (c.per_head ? "_perhead" : "_pertensor") + "_s" +
+                                  std::to_string(c.forced_splits);
+                         });
+
+}  // namespace
+}  // namespace pagedattn::cudatest

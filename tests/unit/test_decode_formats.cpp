@@ -1,0 +1,214 @@
+// The decode fast path's newer formats (src/cuda/decode/decode_mma.h): fp8 caches, head 256 and
+// the batch-invariant cut, checked on a synthetic H200 without a GPU (test_decode_select.cpp
+// has the split choice of the 16-bit kernels).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+#include "src/cuda/common/mma_args.h"
+#include "src/cuda/decode/decode_mma.h"
+#include "src/cuda/decode/decode_split.h"
+#include "tests/unit/synthetic_device.h"
+
+namespace pagedattn::cuda {
+namespace {
+
+constexpr std::int64_t kH200Smem = testing::kH200SharedMemoryPerBlock;
+using testing::kH200Units;
+
+ProblemDesc decode_problem(const std::vector<int>& seq_lens, int heads, int kv_heads, int head) {
+  ProblemDesc p;
+  p.device = Device::cuda(0);
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_size = head;
+  p.q_dtype = p.cache_dtype = DType::kBFloat16;
+  p.layout = KVLayout::kNHD;
+  p.block_size = 16;
+  p.num_blocks = 1 << 20;
+  p.access = CacheAccess::kNative;
+  p.batch.num_seqs = p.batch.num_decode_seqs = static_cast<int>(seq_lens.size());
+  p.batch.num_tokens = p.batch.num_seqs;
+  p.batch.max_query_len = 1;
+  p.batch.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
+  p.batch.total_kv_tokens = std::accumulate(seq_lens.begin(), seq_lens.end(), std::int64_t{0});
+  return p;
+}
+
+DeviceInfo synthetic_h200(int units = kH200Units, int cc_major = 9) {
+  return testing::synthetic_cuda_device(kH200Smem, units, cc_major);
+}
+
+TEST(DecodeMmaSupport, Fp8CachesOfHead64And128EveryLayout) {
+  const DType q_types[] = {DType::kFloat16, DType::kBFloat16};
+  const DType kv_types[] = {DType::kFloat8E4M3, DType::kFloat8E5M2};
+  for (DType q : q_types)
+    for (DType kv : kv_types)
+      for (int head : {32, 64, 80, 96, 128, 256})
+        for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit})
+          for (int bs : {1, 7, 8, 16, 32}) {
+            ProblemDesc p = decode_problem({300, 5}, 32, 8, head);
+            p.q_dtype = q;
+            p.cache_dtype = kv;
+            p.layout = layout;
+            p.block_size = bs;
+            std::string why;
+            const bool want = (head == 64 || head == 128 || head == 256) &&
+                              (layout != KVLayout::kSplit || bs % 16 == 0);
+            EXPECT_EQ(decode_mma_rows_supported(p, &why), want)
+                << to_string(q) << " " << to_string(kv) << " head " << head << " "
+                << to_string(layout) << " bs " << bs << ": " << why;
+            if (!want && (head == 64 || head == 128 || head == 256)) {
+              EXPECT_EQ(why, bs % 8 != 0 ? "split layout with block_size % 8 != 0"
+                                         : "fp8 split layout with block_size % 16 != 0");
+            }
+            if (want) {
+              // Never the small-call kernel (16-bit caches only), never paired heads.
+              const DeviceInfo d = synthetic_h200();
+              for (int len : {1, 64, 100, 640, 4096}) {
+                ProblemDesc one = p;
+                one.batch = decode_problem({len}, 32, 8, head).batch;
+                const DecodeMmaConfig c = decode_mma_config(one, d, 0);
+                EXPECT_FALSE(c.small_kernel) << len;
+                EXPECT_FALSE(c.pair_heads) << len;
+                EXPECT_EQ(c.smem_limit,
+                          decode_mma_smem_bytes(head, 1) + decode_cluster_rx_max_bytes(head));
+              }
+            }
+          }
+  // fp32 queries and mismatched 16-bit caches stay on the general path.
+  ProblemDesc p = decode_problem({300}, 32, 8, 128);
+  p.cache_dtype = DType::kFloat16;
+  std::string why;
+  EXPECT_FALSE(decode_mma_rows_supported(p, &why));
+  EXPECT_EQ(why, "cache dtype is neither the query dtype nor fp8 e4m3/e5m2");
+  p.q_dtype = DType::kFloat32;
+  p.cache_dtype = DType::kFloat8E4M3;
+  EXPECT_FALSE(decode_mma_rows_supported(p, &why));
+  EXPECT_EQ(why, "query dtype is not fp16/bf16");
+}
+
+TEST(DecodeMmaSupport, Head256WithGqaUpTo8) {
+  for (DType kv : {DType::kBFloat16, DType::kFloat8E4M3})
+    for (int kv_heads : {1, 2, 4, 8, 16, 32}) {
+      ProblemDesc p = decode_problem({4096, 100}, 32, kv_heads, 256);
+      p.cache_dtype = kv;
+      std::string why;
+      const bool want = 32 / kv_heads <= 8;
+      EXPECT_EQ(decode_mma_rows_supported(p, &why), want) << kv_heads << ": " << why;
+      if (!want) {
+        EXPECT_EQ(why, 32 / kv_heads > 16 ? "GQA ratio above 16"
+                                          : "head_size 256 with a GQA ratio above 8");
+        continue;
+      }
+      // One CTA per SM (shared memory and launch bounds agree), never the small-call kernel,
+      // the cluster buffer within the device's shared memory.
+      EXPECT_EQ(decode_mma_slots(256, 32 / kv_heads, kH200Units, kH200Smem, 0,
+                                 decode_mma_kv_bytes(p)),
+                kH200Units);
+      for (int len : {1, 100, 700, 4096, 131072}) {
+        ProblemDesc one = p;
+        one.batch = decode_problem({len}, 32, kv_heads, 256).batch;
+        const DecodeMmaConfig c = decode_mma_config(one, synthetic_h200(), 0);
+        EXPECT_FALSE(c.small_kernel) << len;
+        EXPECT_LE(c.smem_limit, kH200Smem) << len;
+        EXPECT_EQ(c.smem_limit, decode_mma_smem_bytes(256, decode_mma_kv_bytes(p)) +
+                                    decode_cluster_rx_max_bytes(256));
+      }
+    }
+  // 512-byte rows (16-bit head 256) align the tiles to 512 bytes.
+  EXPECT_EQ(decode_mma_smem_bytes(256), 3 * 2 * 64 * 512 + 16 * 256 * 2 + 512);
+  EXPECT_EQ(decode_mma_smem_bytes(256, 1), 3 * 2 * 64 * 256 + 16 * 256 * 2 + 256);
+}
+
+TEST(DecodeMmaSplits, BatchInvariantCutIsFixedInTokens) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 400);
+    std::vector<int> lens(static_cast<std::size_t>(n));
+    for (int& l : lens) l = 1 + static_cast<int>(rng() % (rng() % 4 == 0 ? 200000 : 5000));
+    const int head = trial % 3 == 0 ? 64 : trial % 3 == 1 ? 128 : 256;
+    ProblemDesc p = decode_problem(lens, 32, 8, head);
+    if (trial % 4 == 1) p.cache_dtype = DType::kFloat8E4M3;
+    for (int units : {132, 40, 7})
+      for (int cc : {8, 9}) {
+        const DeviceInfo d = synthetic_h200(units, cc);
+        PlanOptions o;
+        o.batch_invariant = true;
+        o.num_splits = trial % 5;  // ignored
+        const DecodeMmaConfig c = decode_mma_config(p, d, o);
+        EXPECT_TRUE(c.batch_invariant);
+        EXPECT_EQ(c.chunk_tokens, kBatchInvariantChunkTokens);
+        EXPECT_EQ(c.num_splits,
+                  (p.batch.max_seq_len + kBatchInvariantChunkTokens - 1) / kBatchInvariantChunkTokens);
+        EXPECT_FALSE(c.cluster_merge);
+        EXPECT_FALSE(c.small_kernel);
+        // Head pairing follows the problem's shape only, not the batch.
+        EXPECT_EQ(c.pair_heads, decode_mma_pairs_heads(p, true) &&
+                                    decode_mma_smem_bytes(128) <= kH200Smem);
+        // Every sequence of any length up to the longest: its splits as the kernel cuts them
+        // start at multiples of the fixed chunk.
+        for (int len : lens) {
+          int start = 0, lo = 0, end = 0, ns = 0;
+          ASSERT_TRUE(decode_split_range(len, 0, c.chunk_tokens, c.num_splits, 0, &start, &lo,
+                                         &end, &ns));
+          EXPECT_EQ(ns, (len + kBatchInvariantChunkTokens - 1) / kBatchInvariantChunkTokens);
+        }
+      }
+  }
+  // Alone, the same sequence has the same cut (one sequence: no cluster merge either).
+  const DecodeMmaConfig one =
+      decode_mma_config(decode_problem({3000}, 32, 8, 128), synthetic_h200(), PlanOptions{0, 0, 0, true});
+  EXPECT_EQ(one.chunk_tokens, kBatchInvariantChunkTokens);
+  EXPECT_EQ(one.num_splits, 3);
+  EXPECT_FALSE(one.cluster_merge);
+}
+
+TEST(DecodeMmaSplits, Fp8TilesHalveTheStagedBytesAndKeepTheCut) {
+  // fp8 head 128: 6 stages, the bytes of the 16-bit kernel's 3, 2 CTAs per SM.
+  EXPECT_EQ(decode_mma_smem_bytes(128, 1), 6 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
+  EXPECT_EQ((kH200Smem + 1024) / (decode_mma_smem_bytes(128, 1) + 1024), 2);
+  EXPECT_EQ(decode_mma_smem_bytes(64, 1), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
+  EXPECT_EQ(decode_mma_smem_bytes(128), decode_mma_smem_bytes(128, 2));
+  // The register bound, not shared memory, limits the CTAs per SM: the same slots as bf16,
+  // hence the same split choice for W1.
+  for (int head : {64, 128})
+    for (int gqa : {1, 4, 8, 16})
+      EXPECT_EQ(decode_mma_slots(head, gqa, kH200Units, kH200Smem, 0, 1),
+                decode_mma_slots(head, gqa, kH200Units, kH200Smem));
+  ProblemDesc bf = decode_problem(std::vector<int>(64, 4096), 32, 8, 128);
+  ProblemDesc f8 = bf;
+  f8.cache_dtype = DType::kFloat8E4M3;
+  const DecodeMmaConfig a = decode_mma_config(bf, synthetic_h200(), 0);
+  const DecodeMmaConfig b = decode_mma_config(f8, synthetic_h200(), 0);
+  EXPECT_EQ(a.chunk_tokens, b.chunk_tokens);
+  EXPECT_EQ(a.num_splits, b.num_splits);
+}
+
+TEST(MmaCopyAlignment, Fp8CachesNeedStridesOf16Elements) {
+  AttentionArgs a;
+  a.query = TensorView::strided(nullptr, DType::kBFloat16, {4, 8, 128}, {1024, 128, 1},
+                                Device::cuda(0));
+  a.out = a.query;
+  a.cache.layout = KVLayout::kNHD;
+  a.cache.key = TensorView::strided(nullptr, DType::kFloat8E4M3, {10, 16, 2, 128},
+                                    {16 * 2 * 128, 2 * 128, 128, 1}, Device::cuda(0));
+  a.cache.value = a.cache.key;
+  EXPECT_TRUE(decode_mma_aligned_strides(a));
+  // A block stride of 8 elements more: 16-byte aligned for bf16, not for fp8.
+  a.cache.value = TensorView::strided(nullptr, DType::kFloat8E4M3, {10, 16, 2, 128},
+                                      {16 * 2 * 128 + 8, 2 * 128, 128, 1}, Device::cuda(0));
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
+  a.cache.value = TensorView::strided(nullptr, DType::kFloat8E4M3, {10, 16, 2, 128},
+                                      {16 * 2 * 128 + 16, 2 * 128, 128, 1}, Device::cuda(0));
+  EXPECT_TRUE(decode_mma_aligned_strides(a));
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
