@@ -40,6 +40,7 @@ struct BenchFlags {
   std::string json;
   std::uint64_t seed = 1;
   int splits = 0;
+  bool batch_invariant = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -175,6 +176,7 @@ int run_bench(const BenchFlags& f) {
   Status first_failure = Status::Ok();
   PlanOptions plan_options;
   plan_options.num_splits = f.splits;
+  plan_options.batch_invariant = f.batch_invariant;
   for (const auto& w : all) {
     auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
     if (!r.ok()) {
@@ -202,6 +204,7 @@ int run_bench(const BenchFlags& f) {
   j["l2_flush"] = cuda::bench::to_string(flush);
   if (flushed_read > 0) j["flushed_read_gbps"] = flushed_read;
   j["forced_splits"] = f.splits;
+  j["batch_invariant"] = f.batch_invariant;
   for (const auto& r : results) {
     nlohmann::json row;
     row["name"] = r.workload.name;
@@ -288,6 +291,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");
+  cmd->add_flag("--batch-invariant", flags->batch_invariant,
+                "plan every workload with PlanOptions::batch_invariant (split points fixed in "
+                "tokens), to measure what the mode costs");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
   cmd->footer(exit_status_help(/*can_mismatch=*/false));

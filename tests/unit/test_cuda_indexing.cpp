@@ -184,7 +184,7 @@ TEST(CudaIndexing, TileLoaderCoversTheTileOnceAndStaysInBounds) {
 // Shared-memory regions: aligned, disjoint, and large enough for every read of the QK and PV
 // steps (16-byte key chunks, query rows in 16-byte chunks, value pairs, score rows).
 TEST(CudaIndexing, SharedMemoryCarveUpHoldsEveryAccess) {
-  for (int head = 8; head <= 256; head += 8)
+  for (int head = 8; head <= 512; head += 8)
     for (int es : {1, 2, 4})
       for (KVLayout l : {KVLayout::kSplit, KVLayout::kNHD})
         for (int mmax : {16, 32, 64})
@@ -223,6 +223,38 @@ TEST(CudaIndexing, SplitsPartitionTheKeyRange) {
           }
           ASSERT_EQ(covered, hi);
         }
+}
+
+// Fixed-token cuts (batch-invariant mode): the splits partition the range, and a sequence's
+// cut is the same whatever split count the batch's longest sequence gave the grid, as long as
+// that count covers the sequence with the base chunk or both counts make it double.
+TEST(CudaIndexing, FixedTokenSplitsPartitionAndDoNotDependOnTheGrid) {
+  for (std::int64_t seq_len : {1, 17, 2047, 2048, 2049, 32768, 32769, 100000, 1 << 20})
+    for (int splits : {1, 2, 3, 16, 64})
+      for (std::int64_t lo : {std::int64_t{0}, seq_len / 3}) {
+        std::int64_t covered = lo;
+        for (int s = 0; s < splits; ++s) {
+          const KeyRange r = split_range_fixed(lo, seq_len, seq_len, splits, s, 2048);
+          ASSERT_LE(r.lo, r.hi);
+          if (r.hi == r.lo) continue;
+          ASSERT_EQ(r.lo, covered) << "gap or overlap at split " << s;
+          covered = r.hi;
+        }
+        ASSERT_EQ(covered, seq_len) << "seq_len " << seq_len << ", " << splits << " splits";
+      }
+  // The grid's split count as tiled_choose sets it: ceil(max_seq_len / 2048) up to 16. A
+  // sequence alone and next to longer ones gets the same chunk.
+  auto grid = [](std::int64_t max_len) {
+    return static_cast<int>(std::min<std::int64_t>(16, (max_len + 2047) / 2048));
+  };
+  for (std::int64_t len : {1, 2048, 2049, 20000, 32768, 32769, 500000})
+    for (std::int64_t other : {len, len + 1, 2 * len, std::int64_t{40000}, std::int64_t{1} << 21}) {
+      const std::int64_t longest = std::max(len, other);
+      EXPECT_EQ(tiled_split_chunk(len, 2048, grid(len)), tiled_split_chunk(len, 2048, grid(longest)))
+          << "seq_len " << len << " alone and next to " << other;
+    }
+  EXPECT_EQ(tiled_split_chunk(32769, 2048, 16), 4096);
+  EXPECT_EQ(tiled_split_chunk(100, 2048, 1), 2048);
 }
 
 // Every key a row may see (causal, window) is inside the CTA's range, and the range never
