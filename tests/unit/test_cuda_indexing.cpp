@@ -405,3 +405,73 @@ TEST(CudaIndexing, ChooseConfigRespectsTheSharedMemoryLimit) {
 
 }  // namespace
 }  // namespace pagedattn::cuda
+
+// The tiled kernel's split choice on an H200-like device (132 SMs): a skewed decode batch
+// splits its long sequence although the batch's CTAs fill the device, the same tokens spread
+// evenly do not split, and batch-invariant plans take the fixed cut and a tile that does not
+// follow the batch's lengths.
+namespace skew_select {
+ProblemDesc decode_batch(const std::vector<int>& lens) {
+  ProblemDesc pd;
+  pd.device = Device::cuda();
+  pd.num_heads = 32;
+  pd.num_kv_heads = 8;
+  pd.head_size = 72;
+  pd.q_dtype = pd.cache_dtype = DType::kFloat16;
+  pd.layout = KVLayout::kNHD;
+  pd.block_size = 16;
+  pd.batch.num_seqs = static_cast<int>(lens.size());
+  pd.batch.num_tokens = static_cast<std::int64_t>(lens.size());
+  pd.batch.num_decode_seqs = static_cast<int>(lens.size());
+  pd.batch.max_query_len = 1;
+  for (int l : lens) {
+    pd.batch.max_seq_len = std::max(pd.batch.max_seq_len, l);
+    pd.batch.total_kv_tokens += l;
+  }
+  return pd;
+}
+}  // namespace skew_select
+
+TEST(CudaIndexing, SkewedDecodeBatchesSplitTheirLongSequence) {
+  DeviceInfo info;
+  info.device = Device::cuda();
+  info.num_units = 132;
+  info.max_shared_memory_per_block = 232448;
+  std::vector<int> skew(64, 512), even(64, 1016);
+  skew[17] = 32768;
+  auto s = tiled_choose(skew_select::decode_batch(skew), info, PlanOptions{});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_GE(s->num_splits, 8) << s->reason;
+  EXPECT_NE(s->reason.find("skewed"), std::string::npos) << s->reason;
+  auto e = tiled_choose(skew_select::decode_batch(even), info, PlanOptions{});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->num_splits, 1) << e->reason;
+  // The plan's cut is the one the choice reported.
+  const ProblemDesc pd = skew_select::decode_batch(skew);
+  auto cfg = make_tiled_config(pd, s->tile_tokens, s->num_splits, info.max_shared_memory_per_block);
+  ASSERT_TRUE(cfg.ok());
+  apply_split_cut(pd, info, PlanOptions{}, &*cfg);
+  const int share = tiled_skew_split_tokens(pd, info, PlanOptions{}, cfg->head_groups, cfg->tile_tokens);
+  EXPECT_EQ(cfg->split_tokens, share);
+  EXPECT_GE(static_cast<std::int64_t>(share) * s->num_splits, 32768);
+  EXPECT_GE(share, 512) << "the short sequences stay in one split";
+  EXPECT_FALSE(cfg->tile_grid);
+
+  PlanOptions inv;
+  inv.batch_invariant = true;
+  std::vector<int> tiny{20, 7};
+  auto t = tiled_choose(skew_select::decode_batch(tiny), info, inv);
+  auto t0 = tiled_choose(skew_select::decode_batch(tiny), info, PlanOptions{});
+  ASSERT_TRUE(t.ok() && t0.ok());
+  EXPECT_EQ(t->tile_tokens, 64) << "batch-invariant tiles do not follow the batch's lengths";
+  EXPECT_LT(t0->tile_tokens, 64);
+  EXPECT_EQ(t->num_splits, 1);
+  auto l = tiled_choose(skew_select::decode_batch(skew), info, inv);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->num_splits, 16) << l->reason;  // ceil(32768 / 2048)
+  auto cl = make_tiled_config(pd, l->tile_tokens, l->num_splits, info.max_shared_memory_per_block);
+  ASSERT_TRUE(cl.ok());
+  apply_split_cut(pd, info, inv, &*cl);
+  EXPECT_EQ(cl->split_tokens, kInvariantSplitTokens);
+  EXPECT_TRUE(cl->tile_grid);
+}
