@@ -450,7 +450,7 @@ TEST(CudaIndexing, SkewedDecodeBatchesSplitTheirLongSequence) {
   const ProblemDesc pd = skew_select::decode_batch(skew);
   auto cfg = make_tiled_config(pd, s->tile_tokens, s->num_splits, info.max_shared_memory_per_block);
   ASSERT_TRUE(cfg.ok());
-  apply_split_cut(pd, info, PlanOptions{}, &*cfg);
+  apply_split_cut(pd, info, PlanOptions{}, &cfg.value());
   const int share = tiled_skew_split_tokens(pd, info, PlanOptions{}, cfg->head_groups, cfg->tile_tokens);
   EXPECT_EQ(cfg->split_tokens, share);
   EXPECT_GE(static_cast<std::int64_t>(share) * s->num_splits, 32768);
@@ -471,7 +471,7 @@ TEST(CudaIndexing, SkewedDecodeBatchesSplitTheirLongSequence) {
   EXPECT_EQ(l->num_splits, 16) << l->reason;  // ceil(32768 / 2048)
   auto cl = make_tiled_config(pd, l->tile_tokens, l->num_splits, info.max_shared_memory_per_block);
   ASSERT_TRUE(cl.ok());
-  apply_split_cut(pd, info, inv, &*cl);
+  apply_split_cut(pd, info, inv, &cl.value());
   EXPECT_EQ(cl->split_tokens, kInvariantSplitTokens);
   EXPECT_TRUE(cl->tile_grid);
 }
