@@ -403,9 +403,6 @@ TEST(CudaIndexing, ChooseConfigRespectsTheSharedMemoryLimit) {
   EXPECT_EQ(f->num_splits, 3);
 }
 
-}  // namespace
-}  // namespace pagedattn::cuda
-
 // The tiled kernel's split choice on an H200-like device (132 SMs): a skewed decode batch
 // splits its long sequence although the batch's CTAs fill the device, the same tokens spread
 // evenly do not split, and batch-invariant plans take the fixed cut and a tile that does not
@@ -475,3 +472,6 @@ TEST(CudaIndexing, SkewedDecodeBatchesSplitTheirLongSequence) {
   EXPECT_EQ(cl->split_tokens, kInvariantSplitTokens);
   EXPECT_TRUE(cl->tile_grid);
 }
+
+}  // namespace
+}  // namespace pagedattn::cuda
