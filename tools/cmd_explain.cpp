@@ -131,6 +131,7 @@ int run_explain(const ExplainFlags& ef) {
                                                   : nlohmann::json(workspace)},
                       {"decode_rows_fast_path", k.decode_rows_fast_path},
                       {"prefill_rows_mma", k.prefill_rows_mma},
+                      {"batch_invariant", c.plan.batch_invariant},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -161,6 +162,11 @@ int run_explain(const ExplainFlags& ef) {
   std::printf("  cache access       %s (%s)\n", access_name(k.access), access.reason.c_str());
   std::printf("  tile tokens        %d\n", k.tile_tokens);
   std::printf("  splits             %d\n", k.num_splits);
+  std::printf("  batch invariant    %s\n",
+              c.plan.batch_invariant
+                  ? "yes (split points fixed in tokens: a sequence's bits are the same alone or "
+                    "in any batch)"
+                  : "no (splits from the batch and the device's size)");
   std::printf("  shared memory      %lld bytes\n", static_cast<long long>(k.shared_memory_bytes));
   std::printf("  threads per block  %d\n", k.threads_per_block);
   if (assumed)

@@ -65,6 +65,7 @@ struct RunFlags {
   std::uint64_t seed;
   std::int32_t threads;
   std::string inject_fault;
+  bool batch_invariant = false;
   bool json = false;
   bool quiet = false;
 };
@@ -115,6 +116,7 @@ Result<serving::ReplayConfig> to_replay_config(const RunFlags& f) {
   c.verify_rows = f.verify_rows;
   c.seed = f.seed;
   c.threads = f.threads;
+  c.batch_invariant = f.batch_invariant;
   Result<serving::FaultInjection> fault = serving::parse_fault_injection(f.inject_fault);
   if (!fault.ok()) return fault.status();
   c.fault = *fault;
@@ -436,6 +438,9 @@ Action register_run(CLI::App& app) {
       ->check(kNonNegativeInteger)
       ->capture_default_str();
   sub->add_option("--threads", f->threads, "CPU threads (0 = all)")->capture_default_str();
+  sub->add_flag("--batch-invariant", f->batch_invariant,
+                "plan every step with split points fixed in tokens (a request's bits do not "
+                "depend on the other requests of its step)");
   // Hidden (empty group): proves that a corrupted output or cache makes the run fail (exit 1).
   sub->add_option("--inject-fault", f->inject_fault, "testing: none, output or cache")
       ->group("");

@@ -36,7 +36,8 @@ constexpr const char* kConfigFlagNames[] = {
     "--layout",         "--num-heads", "--num-kv-heads", "--head-size",   "--block-size",
     "--dtype",          "--kv-dtype",  "--seq-lens",     "--query-lens",  "--sliding-window",
     "--softcap",        "--alibi",     "--sinks",        "--page-pad",    "--seed",
-    "--k-scale",        "--v-scale",   "--tile-tokens",  "--num-splits"};
+    "--k-scale",        "--v-scale",   "--tile-tokens",  "--num-splits",  "--scales",
+    "--batch-invariant"};
 
 nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult& r) {
   nlohmann::json j;
@@ -192,7 +193,7 @@ Action register_verify(CLI::App& app) {
                 "print the names of the named cases (those --cases / --quick select), one per "
                 "line, and exit");
   sub->footer("--cases, --quick and --list-cases take no configuration flag (--layout through "
-              "--num-splits): named cases carry their own.\n\n" +
+              "--batch-invariant): named cases carry their own.\n\n" +
               exit_status_help(/*can_mismatch=*/true));
   // Checked in run_verify, not with CLI11's excludes(), which would print "Excludes: --cases
   // --quick" under each of the 19 configuration flags in --help.

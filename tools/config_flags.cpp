@@ -58,6 +58,13 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
   app->add_option("--v-scale", f->v_scale, "fp8 value scale, fp8 caches only (0 = derived from the data)")
       ->transform(float_flag(kScaleRange))
       ->capture_default_str();
+  app->add_option("--scales", f->scales,
+                  "fp8 scales as host scalars, device tensors of one element, or one per KV "
+                  "head (0.5x..2x the scale): host | tensor | per-head")
+      ->capture_default_str();
+  app->add_flag("--batch-invariant", f->batch_invariant,
+                "split points fixed in tokens: a sequence's bits are the same alone or in any "
+                "batch (PlanOptions::batch_invariant)");
   app->add_option("--tile-tokens", f->tile_tokens, "force KV tokens per tile (0 = chosen)")
       ->capture_default_str();
   app->add_option("--num-splits", f->num_splits, "force KV splits per sequence (0 = chosen)")
@@ -201,6 +208,19 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
     return invalid(std::string(f.k_scale != 1.f ? "--k-scale" : "--v-scale") +
                    " applies to an fp8 cache only (--kv-dtype fp8_e4m3 or fp8_e5m2); the cache "
                    "here is " + to_string(c.kv_dtype));
+  if (f.scales == "host") {
+    c.scales = testing::ScaleMode::kHost;
+  } else if (f.scales == "tensor") {
+    c.scales = testing::ScaleMode::kTensor;
+  } else if (f.scales == "per-head") {
+    c.scales = testing::ScaleMode::kPerHead;
+  } else {
+    return invalid("--scales " + f.scales + ": expected host, tensor or per-head");
+  }
+  if (c.scales != testing::ScaleMode::kHost && !is_fp8(c.kv_dtype))
+    return invalid("--scales " + f.scales +
+                   " applies to an fp8 cache only (--kv-dtype fp8_e4m3 or fp8_e5m2); the cache "
+                   "here is " + to_string(c.kv_dtype));
   if (f.tile_tokens < 0)
     return invalid("--tile-tokens " + std::to_string(f.tile_tokens) + ": expected >= 0");
   if (f.num_splits < 0)
@@ -215,6 +235,7 @@ Result<testing::CaseConfig> to_case_config(const ConfigFlags& f, Device device) 
   c.v_scale = f.v_scale;
   c.plan.tile_tokens = f.tile_tokens;
   c.plan.num_splits = f.num_splits;
+  c.plan.batch_invariant = f.batch_invariant;
   c.name = testing::case_name(c);
   return c;
 }

@@ -35,8 +35,12 @@ struct ConfigFlags {
   std::uint64_t seed = 1;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  /// fp8 scales as host scalars, `[1]` device tensors, or `[num_kv_heads]` device tensors
+  /// (testing::ScaleMode): host | tensor | per-head.
+  std::string scales = "host";
   int tile_tokens = 0;
   int num_splits = 0;
+  bool batch_invariant = false;
   bool json = false;
 };
 

@@ -32,6 +32,8 @@ Result<KVLayout> parse_layout(const std::string& name);
 /// dtype: fp32, fp16, bf16 (then it must equal the query dtype), or fp8 e4m3/e5m2 with
 /// `k_scale`/`v_scale`: the writer stores `fp8(x / k_scale)` and readers use
 /// `float(stored) * k_scale` (DESIGN.md §2.6). The scales are ignored for non-fp8 caches.
+/// With device scales (k_scales / v_scales below) the scale of KV head g is `k_scales[g]`
+/// (`k_scales[0]` for every head when the tensor has one element) in both formulas.
 struct KVCache {
   TensorView key;
   TensorView value;
@@ -64,10 +66,13 @@ struct KVCacheGeometry {
 /// Check `cache` (shapes for its layout, dtypes, innermost strides, for fp8 caches scales > 0
 /// and finite, no two elements at one address — blocks may be padded or interleaved but never
 /// overlap — and offsets that fit 64-bit byte addressing) and return its sizes.
-/// head_size: every multiple of 8 from 8 to 256 (DESIGN.md §1 asks for 32..256); `split`
-/// additionally needs head_size % x == 0 (so fp8 `split` caches need a multiple of 16).
-/// Errors: kInvalidArgument naming "key_cache"/"value_cache" and the offending dimension;
-/// kUnsupported for head sizes or dtypes outside the supported set.
+/// head_size: every multiple of 8 from 8 to 512 (DESIGN.md §1 asks for 32..256; 512 for
+/// Gemma-4's global layers); `split` additionally needs head_size % x == 0 (so fp8 `split`
+/// caches need a multiple of 16). Device scales (k_scales / v_scales): both or neither, fp8
+/// caches only, fp32, contiguous, shape [1] or [num_kv_heads], on the cache's device, data
+/// not null (their values are not read).
+/// Errors: kInvalidArgument naming "key_cache"/"value_cache" and the offending dimension, or
+/// "k_scales"/"v_scales"; kUnsupported for head sizes or dtypes outside the supported set.
 Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache);
 
 /// DESIGN.md §1 "block-contiguous": `stride(0) == product(shape[1:])` for both K and V and the

@@ -23,7 +23,9 @@ struct WriteKVOptions {
 ///   cache is fp8. Extra rows past num_tokens (CUDA-graph padding) are ignored.
 /// slot_mapping: `[num_tokens]` int32 or int64; num_tokens is its length (never key's).
 ///   `slot = block_id * block_size + offset`. A negative slot means "skip" (padding).
-/// fp8 caches store `fp8(x / k_scale)` (round to nearest even, saturating; DESIGN.md §2.6, §2.8).
+/// fp8 caches store `fp8(x / k_scale)` (round to nearest even, saturating; DESIGN.md §2.6, §2.8),
+/// with the scale of the row's KV head read from KVCache::k_scales / v_scales when the cache
+/// has them (on the device, at run time: a captured graph uses the tensors' current values).
 /// Errors (nothing is written when any is returned): kInvalidArgument for shape/dtype/device
 /// mismatches, a slot >= num_blocks * block_size, two tokens mapped to one slot (named by
 /// index), key/value/slot_mapping sharing memory with the cache, or key and value caches

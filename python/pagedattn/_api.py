@@ -52,15 +52,22 @@ class KVCache:
             with ``x = 16 // element size``, value ``[num_blocks, KVH, D, block_size]``.
             Every stride may be chosen freely except the innermost (1): in particular the
             block stride may exceed one block (padded pages of hybrid models). D: multiples of
-            8 in 8..256.
+            8 in 8..512.
         layout: ``"nhd"``, ``"hnd"`` or ``"split"``.
         k_scale, v_scale: fp8 scales (stored = fp8(x / scale), read = float(stored) * scale;
             DESIGN.md §2.6); ignored for other dtypes.
+        k_scales, v_scales: optional fp8 scales as tensors on the cache's device, fp32,
+            contiguous, shape ``[1]`` (per tensor) or ``[KVH]`` (per KV head, as calibrated
+            checkpoints ship them); both or neither, fp8 caches only. They replace k_scale /
+            v_scale in write_kv and every reader, and are read by the kernels when they run,
+            never on the host: changing their values in place (``k_scales.copy_(new)``) is
+            seen by the next call, and by a replayed CUDA graph. Not supported under
+            torch.compile (NotImplementedError).
 
     Raises:
         ValueError: shapes, strides or dtypes that do not form a cache (the message names
-            ``k_cache``/``v_cache`` and the dimension); NotImplementedError: a head size or
-            dtype outside the supported set.
+            ``k_cache``/``v_cache`` and the dimension, or ``k_scales``/``v_scales``);
+            NotImplementedError: a head size or dtype outside the supported set.
 
     The tensors are referenced, not copied: writes through write_kv land in them. The
     attributes are read-only (AttributeError on assignment): the checked description is made
@@ -68,17 +75,21 @@ class KVCache:
     new KVCache for other tensors or scales.
     """
 
-    __slots__ = ("_k_cache", "_v_cache", "_layout", "_k_scale", "_v_scale", "_c", "_sig",
-                 "__weakref__")
+    __slots__ = ("_k_cache", "_v_cache", "_layout", "_k_scale", "_v_scale", "_k_scales",
+                 "_v_scales", "_c", "_sig", "__weakref__")
 
     k_cache = property(lambda self: self._k_cache, doc="The key cache tensor.")
     v_cache = property(lambda self: self._v_cache, doc="The value cache tensor.")
     layout = property(lambda self: self._layout, doc='"nhd", "hnd" or "split".')
     k_scale = property(lambda self: self._k_scale, doc="fp8 key scale (float).")
     v_scale = property(lambda self: self._v_scale, doc="fp8 value scale (float).")
+    k_scales = property(lambda self: self._k_scales,
+                        doc="fp8 key scales tensor ([1] or [KVH] fp32) or None.")
+    v_scales = property(lambda self: self._v_scales,
+                        doc="fp8 value scales tensor ([1] or [KVH] fp32) or None.")
 
     def __init__(self, k_cache, v_cache, layout: str = "nhd", k_scale: float = 1.0,
-                 v_scale: float = 1.0):
+                 v_scale: float = 1.0, k_scales=None, v_scales=None):
         fw.check_array(k_cache, "k_cache")
         fw.check_array(v_cache, "v_cache")
         if not isinstance(layout, str):
@@ -88,8 +99,11 @@ class KVCache:
         self._layout = layout
         self._k_scale = float(k_scale)
         self._v_scale = float(v_scale)
+        self._k_scales = k_scales
+        self._v_scales = v_scales
         self._c = _C.make_cache(fw.arg(k_cache, "k_cache"), fw.arg(v_cache, "v_cache"), layout,
-                                self._k_scale, self._v_scale)
+                                self._k_scale, self._v_scale,
+                                fw.opt_arg(k_scales, "k_scales"), fw.opt_arg(v_scales, "v_scales"))
         self._sig = _signature(self._c)
 
     @property
@@ -138,11 +152,19 @@ def write_kv(key, value, slot_mapping, cache: KVCache, *, host_slot_mapping=None
             mapped to one slot, inputs sharing memory with the cache. Nothing is written then.
     """
     if fw.is_torch(key) and _compiling():
+        _no_scale_tensors_under_compile(cache)
         return _torch.ops.pagedattn.write_kv(key, value, slot_mapping, cache.k_cache,
                                              cache.v_cache, cache.layout, cache.k_scale,
                                              cache.v_scale)
     _C.write_kv(fw.arg(key, "key"), fw.arg(value, "value"), fw.arg(slot_mapping, "slot_mapping"),
                 cache._c, fw.opt_arg(host_slot_mapping, "host_slot_mapping"), fw.stream_of(key))
+
+
+def _no_scale_tensors_under_compile(cache: KVCache) -> None:
+    # The torch ops carry the scalar scales only: tracing would drop the tensors silently.
+    if cache.k_scales is not None:
+        raise NotImplementedError("KVCache.k_scales / v_scales: scale tensors are not supported "
+                                  "under torch.compile (use the scalar k_scale / v_scale)")
 
 
 # Plan states by id, for the torch ops (which take the id, an int, instead of the wrapper).
@@ -248,7 +270,8 @@ class BatchAttention:
              num_kv_heads: int, head_size: int, scale: float | None = None,
              softcap: float = 0.0, sliding_window: int = 0, alibi_slopes=None, sinks=None,
              cache: KVCache | None = None, q_dtype=None, return_lse: bool = False,
-             num_splits: int = 0, tile_tokens: int = 0, num_threads: int = 0) -> None:
+             num_splits: int = 0, tile_tokens: int = 0, num_threads: int = 0,
+             batch_invariant: bool = False) -> None:
         """Plan the step: validate the metadata values on the host and choose the kernel.
 
         Args:
@@ -274,6 +297,10 @@ class BatchAttention:
                 values, which are checked against the cache's block count, are validated
                 then).
             num_splits, tile_tokens, num_threads: overrides of the selection (0 = choose).
+            batch_invariant: cut every sequence's keys at split points fixed in tokens
+                (PlanOptions::batch_invariant), so that a sequence's output and LSE are the
+                same bits alone or in any batch of this step's kind (costs some speed on
+                small batches of short sequences).
 
         Raises:
             ValueError: inconsistent metadata (the message names the argument and index, e.g.
@@ -318,7 +345,7 @@ class BatchAttention:
         st.sliding_window = int(sliding_window)
         st.alibi = alibi_slopes
         st.sinks = sinks
-        st.options = (int(num_splits), int(tile_tokens), int(num_threads))
+        st.options = (int(num_splits), int(tile_tokens), int(num_threads), bool(batch_invariant))
         st.plans = {}
         st.fast = {}
         st.workspace = prev.workspace if prev is not None and prev.device == device else None
@@ -398,6 +425,7 @@ class BatchAttention:
 
 def _op_run(plan_id, query, cache, out, return_lse, st):
     """BatchAttention.run under torch.compile: the torch.ops.pagedattn.run_attention op."""
+    _no_scale_tensors_under_compile(cache)
     if out is None:
         out = query.new_empty(query.shape)
     lse = query.new_empty((st.num_tokens, st.num_heads), dtype=_torch.float32) if return_lse \
@@ -409,7 +437,8 @@ def _op_run(plan_id, query, cache, out, return_lse, st):
 
 def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
                     scale: float | None = None, softcap: float = 0.0, sliding_window: int = 0,
-                    alibi_slopes=None, sinks=None, return_lse: bool = False):
+                    alibi_slopes=None, sinks=None, return_lse: bool = False,
+                    batch_invariant: bool = False):
     """One-shot attention: plan, allocate the workspace, run (BatchAttention.plan + run).
 
     Arguments as BatchAttention.plan and .run; block_table, seq_lens and query_start_loc are
@@ -420,6 +449,10 @@ def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_lo
         out ``[T, H, D]`` in the query dtype, or (out, lse ``[T, H]`` fp32) when return_lse.
     """
     if fw.is_torch(query) and _compiling():
+        _no_scale_tensors_under_compile(cache)
+        if batch_invariant:
+            raise NotImplementedError("paged_attention(batch_invariant=True) under torch.compile: "
+                                      "plan a BatchAttention outside the compiled region")
         out, lse = _torch.ops.pagedattn.paged_attention(
             query, cache.k_cache, cache.v_cache, block_table, seq_lens, query_start_loc,
             cache.layout, cache.k_scale, cache.v_scale,
@@ -428,7 +461,7 @@ def paged_attention(query, cache: KVCache, block_table, seq_lens, query_start_lo
         return (out, lse) if return_lse else out
     w = _planned_for(query, cache, block_table, seq_lens, query_start_loc, scale=scale,
                      softcap=softcap, sliding_window=sliding_window, alibi_slopes=alibi_slopes,
-                     sinks=sinks)
+                     sinks=sinks, batch_invariant=batch_invariant)
     return w.run(query, cache, return_lse=return_lse)
 
 
@@ -484,22 +517,24 @@ def reference_attention(query, cache: KVCache, block_table, seq_lens, query_star
         fw.arg(seq_lens, "seq_lens"), fw.arg(query_start_loc, "query_start_loc"),
         fw.arg(out, "out"), None if lse is None or not return_lse else fw.arg(lse, "lse"),
         float(_C.default_scale(head) if scale is None else scale), float(softcap),
-        int(sliding_window), fw.opt_arg(alibi_slopes, "alibi_slopes"), fw.opt_arg(sinks, "sinks"))
+        int(sliding_window), fw.opt_arg(alibi_slopes, "alibi_slopes"), fw.opt_arg(sinks, "sinks"),
+        fw.opt_arg(cache.k_scales, "k_scales"), fw.opt_arg(cache.v_scales, "v_scales"))
     return (out, lse) if return_lse else out
 
 
 def explain(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
             scale: float | None = None, softcap: float = 0.0, sliding_window: int = 0,
             alibi_slopes=None, sinks=None, return_lse: bool = False, num_splits: int = 0,
-            tile_tokens: int = 0) -> dict:
+            tile_tokens: int = 0, batch_invariant: bool = False) -> dict:
     """What the selection function decides for this call (the `pagedattn explain` command):
     a dict with ``kernel``, ``access``, ``tile_tokens``, ``num_splits``,
     ``shared_memory_bytes``, ``threads_per_block``, ``decode_rows_fast_path``,
-    ``prefill_rows_mma``, ``reason``, ``workspace_bytes``, ``batch`` (the batch summary),
+    ``prefill_rows_mma``, ``batch_invariant``, ``reason``, ``workspace_bytes``, ``batch`` (the batch summary),
     ``problem`` (the problem description) and ``writer`` (write_kv's choice for the cache).
     Arguments as paged_attention; only the query's shape and dtype are used.
     """
     w = _planned_for(query, cache, block_table, seq_lens, query_start_loc, scale=scale,
                      softcap=softcap, sliding_window=sliding_window, alibi_slopes=alibi_slopes,
-                     sinks=sinks, num_splits=num_splits, tile_tokens=tile_tokens)
+                     sinks=sinks, num_splits=num_splits, tile_tokens=tile_tokens,
+                     batch_invariant=batch_invariant)
     return w.explain(cache, q_dtype=query.dtype, return_lse=return_lse)

@@ -26,35 +26,46 @@ using Release = nb::call_guard<nb::gil_scoped_release>;
 
 Stream as_stream(std::uintptr_t s) { return reinterpret_cast<Stream>(s); }
 
-/// A validated KV cache over caller-owned K and V arrays (the arrays are kept alive here).
+/// A validated KV cache over caller-owned K and V arrays and, optionally, the fp8 scale
+/// tensors (KVCache::k_scales / v_scales, read by the kernels at run time); the arrays are
+/// kept alive here.
 struct Cache {
   OutArray key_owner, value_owner;
+  std::optional<InArray> k_scales_owner, v_scales_owner;
   KVCache cache;
   KVCacheGeometry geometry;
 };
 
 Cache make_cache(OutArray key, OutArray value, const std::string& layout, float k_scale,
-                 float v_scale) {
+                 float v_scale, std::optional<InArray> k_scales, std::optional<InArray> v_scales) {
   Cache c;
   c.cache.layout = value_or_throw(parse_layout(layout));
   c.cache.key = to_view(key, "k_cache");
   c.cache.value = to_view(value, "v_cache");
   c.cache.k_scale = k_scale;
   c.cache.v_scale = v_scale;
+  c.cache.k_scales = to_view(k_scales, "k_scales");
+  c.cache.v_scales = to_view(v_scales, "v_scales");
   c.geometry = value_or_throw(describe_kv_cache(c.cache));
   c.key_owner = std::move(key);
   c.value_owner = std::move(value);
+  c.k_scales_owner = std::move(k_scales);
+  c.v_scales_owner = std::move(v_scales);
   return c;
 }
 
 KVCache cache_of(const OutArray& key, const OutArray& value, const std::string& layout,
-                 float k_scale, float v_scale) {
+                 float k_scale, float v_scale,
+                 const std::optional<InArray>& k_scales = std::nullopt,
+                 const std::optional<InArray>& v_scales = std::nullopt) {
   KVCache c;
   c.layout = value_or_throw(parse_layout(layout));
   c.key = to_view(key, "k_cache");
   c.value = to_view(value, "v_cache");
   c.k_scale = k_scale;
   c.v_scale = v_scale;
+  c.k_scales = to_view(k_scales, "k_scales");
+  c.v_scales = to_view(v_scales, "v_scales");
   return c;
 }
 
@@ -69,6 +80,7 @@ struct Plan {
   void* workspace = nullptr;
   std::size_t workspace_capacity = 0;
   OutArray workspace_owner;
+  bool batch_invariant = false;  // PlanOptions::batch_invariant, for explain
 };
 
 /// plan_attention from shapes: query and out are described (no data) as
@@ -78,7 +90,8 @@ Plan make_plan(const Cache& cache, const std::string& q_dtype, std::int64_t num_
                InArray query_start_loc, InArray host_block_table, InArray host_seq_lens,
                InArray host_query_start_loc, float scale, float softcap,
                std::int32_t sliding_window, std::optional<InArray> alibi_slopes,
-               std::optional<InArray> sinks, int num_splits, int tile_tokens, int num_threads) {
+               std::optional<InArray> sinks, int num_splits, int tile_tokens, int num_threads,
+               bool batch_invariant) {
   Plan p;
   AttentionArgs args;
   const DType dt = value_or_throw(parse_dtype(q_dtype));
@@ -105,6 +118,8 @@ Plan make_plan(const Cache& cache, const std::string& q_dtype, std::int64_t num_
   opts.num_splits = num_splits;
   opts.tile_tokens = tile_tokens;
   opts.num_threads = num_threads;
+  opts.batch_invariant = batch_invariant;
+  p.batch_invariant = batch_invariant;
   {
     nb::gil_scoped_release release;
     p.plan = value_or_throw(plan_attention(args, host, opts));
@@ -216,10 +231,12 @@ void write_kv_tensors(const InArray& key, const InArray& value, const InArray& s
 void reference_write_kv_tensors(const InArray& key, const InArray& value,
                                 const InArray& slot_mapping, const OutArray& k_cache,
                                 const OutArray& v_cache, const std::string& layout,
-                                float k_scale, float v_scale) {
+                                float k_scale, float v_scale,
+                                const std::optional<InArray>& k_scales,
+                                const std::optional<InArray>& v_scales) {
   const TensorView k = to_view(key, "key"), v = to_view(value, "value");
   const TensorView s = to_view(slot_mapping, "slot_mapping");
-  const KVCache cache = cache_of(k_cache, v_cache, layout, k_scale, v_scale);
+  const KVCache cache = cache_of(k_cache, v_cache, layout, k_scale, v_scale, k_scales, v_scales);
   nb::gil_scoped_release release;
   throw_if_error(reference_write_kv(k, v, s, cache));
 }
@@ -240,10 +257,11 @@ void reference(const InArray& query, const OutArray& k_cache, const OutArray& v_
                const InArray& query_start_loc, const OutArray& out,
                const std::optional<OutArray>& lse, float scale, float softcap,
                std::int32_t sliding_window, const std::optional<InArray>& alibi_slopes,
-               const std::optional<InArray>& sinks) {
+               const std::optional<InArray>& sinks, const std::optional<InArray>& k_scales,
+               const std::optional<InArray>& v_scales) {
   AttentionArgs args;
   args.query = to_view(query, "query");
-  args.cache = cache_of(k_cache, v_cache, layout, k_scale, v_scale);
+  args.cache = cache_of(k_cache, v_cache, layout, k_scale, v_scale, k_scales, v_scales);
   args.block_table = to_view(block_table, "block_table");
   args.seq_lens = to_view(seq_lens, "seq_lens");
   args.query_start_loc = to_view(query_start_loc, "query_start_loc");
@@ -275,6 +293,7 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   d["threads_per_block"] = c.threads_per_block;
   d["decode_rows_fast_path"] = c.decode_rows_fast_path;
   d["prefill_rows_mma"] = c.prefill_rows_mma;
+  d["batch_invariant"] = p.batch_invariant;
   d["reason"] = c.reason;
   d["workspace_bytes"] = p.plan.workspace_bytes();
   nb::dict batch;
@@ -346,11 +365,13 @@ void init_module(nb::module_& m) {
       .def_prop_ro("head_size", [](const Cache& c) { return c.geometry.head_size; })
       .def_prop_ro("k_scale", [](const Cache& c) { return c.cache.k_scale; })
       .def_prop_ro("v_scale", [](const Cache& c) { return c.cache.v_scale; })
+      .def_prop_ro("has_scale_tensors", [](const Cache& c) { return c.cache.k_scales.defined(); })
       .def_prop_ro("access", [](const Cache& c) {
         return std::string(access_name(decide_cache_access(c.cache).access));
       });
   m.def("make_cache", &make_cache, nb::arg("key"), nb::arg("value"), nb::arg("layout"),
-        nb::arg("k_scale"), nb::arg("v_scale"));
+        nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("k_scales").none() = nb::none(),
+        nb::arg("v_scales").none() = nb::none());
 
   nb::class_<Plan>(m, "Plan")
       .def_prop_ro("workspace_bytes", [](const Plan& p) { return p.plan.workspace_bytes(); })
@@ -362,7 +383,8 @@ void init_module(nb::module_& m) {
         nb::arg("query_start_loc"), nb::arg("host_block_table"), nb::arg("host_seq_lens"),
         nb::arg("host_query_start_loc"), nb::arg("scale"), nb::arg("softcap"),
         nb::arg("sliding_window"), nb::arg("alibi_slopes").none(), nb::arg("sinks").none(),
-        nb::arg("num_splits"), nb::arg("tile_tokens"), nb::arg("num_threads"));
+        nb::arg("num_splits"), nb::arg("tile_tokens"), nb::arg("num_threads"),
+        nb::arg("batch_invariant") = false);
   m.def("run_planned", &run_planned, nb::arg("plan"), nb::arg("query"), nb::arg("cache"),
         nb::arg("out"), nb::arg("lse").none(), nb::arg("stream"));
   m.def("run_tensors", &run_tensors, nb::arg("plan"), nb::arg("query"), nb::arg("k_cache"),
@@ -380,14 +402,16 @@ void init_module(nb::module_& m) {
         nb::arg("stream"));
   m.def("reference_write_kv", &reference_write_kv_tensors, nb::arg("key"), nb::arg("value"),
         nb::arg("slot_mapping"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("layout"),
-        nb::arg("k_scale"), nb::arg("v_scale"));
+        nb::arg("k_scale"), nb::arg("v_scale"), nb::arg("k_scales").none() = nb::none(),
+        nb::arg("v_scales").none() = nb::none());
   m.def("merge_states", &merge_states, nb::arg("out_a"), nb::arg("lse_a"), nb::arg("out_b"),
         nb::arg("lse_b"), nb::arg("out"), nb::arg("lse").none(), nb::arg("stream"));
   m.def("reference_attention", &reference, nb::arg("query"), nb::arg("k_cache"),
         nb::arg("v_cache"), nb::arg("layout"), nb::arg("k_scale"), nb::arg("v_scale"),
         nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("query_start_loc"), nb::arg("out"),
         nb::arg("lse").none(), nb::arg("scale"), nb::arg("softcap"), nb::arg("sliding_window"),
-        nb::arg("alibi_slopes").none(), nb::arg("sinks").none());
+        nb::arg("alibi_slopes").none(), nb::arg("sinks").none(),
+        nb::arg("k_scales").none() = nb::none(), nb::arg("v_scales").none() = nb::none());
   m.def("explain", &explain_plan, nb::arg("plan"), nb::arg("cache"));
 
 #ifdef PAGEDATTN_PY_TESTING

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "src/core/validate.h"
@@ -74,6 +75,40 @@ Status check_cache_tensor(const TensorView& t, const char* name, int ndim) {
   return Status::Ok();
 }
 
+/// KVCache::k_scales / v_scales: both or neither, fp8 caches only, fp32 `[1]` or
+/// `[num_kv_heads]`, contiguous, on the cache's device. Their values are not read (they may
+/// live on the GPU); readers and writers take them in place of k_scale / v_scale.
+Status check_scale_tensors(const KVCache& cache, const KVCacheGeometry& g) {
+  const TensorView& ks = cache.k_scales;
+  const TensorView& vs = cache.v_scales;
+  if (!ks.defined() && !vs.defined()) return Status::Ok();
+  if (ks.defined() != vs.defined())
+    return invalid(std::string(ks.defined() ? "v_scales" : "k_scales") +
+                   ": not given while " + (ks.defined() ? "k_scales" : "v_scales") +
+                   " is: device scales come as a pair (both or neither)");
+  for (const auto& [t, name] : {std::pair<const TensorView&, const char*>{ks, "k_scales"},
+                                std::pair<const TensorView&, const char*>{vs, "v_scales"}}) {
+    if (!is_fp8(g.dtype))
+      return invalid(std::string(name) + ": scale tensors apply to fp8 caches only; the cache "
+                     "dtype is " + to_string(g.dtype));
+    if (t.dtype != DType::kFloat32)
+      return invalid(std::string(name) + ".dtype = " + to_string(t.dtype) + ": expected fp32");
+    if (t.ndim != 1 || (t.shape[0] != 1 && t.shape[0] != g.num_kv_heads))
+      return invalid(std::string(name) + " " + t.describe() + ": expected shape [1] (per tensor) "
+                     "or [" + std::to_string(g.num_kv_heads) + "] (num_kv_heads, per KV head)");
+    if (!t.is_contiguous())
+      return invalid(std::string(name) + " " + t.describe() + ": expected a contiguous tensor");
+    if (t.device != cache.key.device)
+      return invalid(std::string(name) + ".device = " + to_string(t.device) +
+                     ": expected the cache's device " + to_string(cache.key.device));
+    if (t.data == nullptr) return invalid(std::string(name) + ".data is null");
+  }
+  if (ks.shape[0] != vs.shape[0])
+    return invalid("v_scales " + vs.describe() + ": expected the shape of k_scales " +
+                   ks.describe());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
@@ -126,9 +161,9 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
     }
     default: return invalid("cache.layout: unknown layout value");
   }
-  if (head_size % 8 != 0 || head_size < 8 || head_size > 256)
+  if (head_size % 8 != 0 || head_size < 8 || head_size > 512)
     return unsupported("head_size = " + std::to_string(head_size) +
-                       ": supported head sizes are the multiples of 8 from 8 to 256");
+                       ": supported head sizes are the multiples of 8 from 8 to 512");
   g.head_size = static_cast<std::int32_t>(head_size);
   for (int d = 0; d < 4; ++d)
     if (v.shape[d] != want_v[d]) return invalid(dim_str("value_cache", d, v.shape[d], want_v[d]));
@@ -140,6 +175,7 @@ Result<KVCacheGeometry> describe_kv_cache(const KVCache& cache) {
       return invalid("v_scale = " + std::to_string(cache.v_scale) +
                      ": expected a finite value > 0 for an fp8 cache");
   }
+  PAGEDATTN_RETURN_IF_ERROR(check_scale_tensors(cache, g));
   return g;
 }
 

@@ -203,8 +203,9 @@ struct Job {
   int group = 0;  // query heads per KV head
   int head_size = 0;
   int tile = 0;
-  float k_scale = 1.0f;
-  float v_scale = 1.0f;
+  /// Dequantisation scale of each KV head (all 1 for non-fp8 caches): KVCache::k_scales /
+  /// v_scales read on the host (a CPU cache has CPU scale tensors), else k_scale / v_scale.
+  std::vector<float> k_scale, v_scale;
 };
 
 Status metadata_changed(const std::string& what) {
@@ -341,8 +342,8 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
   PAGEDATTN_RETURN_IF_ERROR(locate(kv_lo, tile_len(kv_lo), sc.kbase.data(), sc.vbase.data()));
   for (std::int64_t t0 = kv_lo; t0 < kv_hi; t0 += job.tile) {
     const int n = tile_len(t0);
-    gather_tile<Dec>(job.key, sc.kbase.data(), n, D, job.k_scale, sc.k.data());
-    gather_tile<Dec>(job.value, sc.vbase.data(), n, D, job.v_scale, sc.v.data());
+    gather_tile<Dec>(job.key, sc.kbase.data(), n, D, job.k_scale[g], sc.k.data());
+    gather_tile<Dec>(job.value, sc.vbase.data(), n, D, job.v_scale[g], sc.v.data());
     const std::int64_t t_next = t0 + job.tile;
     if (t_next < kv_hi) {
       const int n_next = tile_len(t_next);
@@ -550,9 +551,8 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
                                            : choose_tile_tokens(geo.head_size, geo.dtype);
     // A forced tile longer than any sequence would only size the scratch buffers.
     job.tile = std::min(job.tile, std::max(plan.problem.batch.max_seq_len, 1));
-    const bool fp8 = is_fp8(geo.dtype);
-    job.k_scale = fp8 ? args.cache.k_scale : 1.0f;
-    job.v_scale = fp8 ? args.cache.v_scale : 1.0f;
+    job.k_scale = head_scales(args.cache, geo, /*key=*/true);
+    job.v_scale = head_scales(args.cache, geo, /*key=*/false);
     job.key = address_cache(args.cache.key, args.cache.layout, /*is_key=*/true, geo);
     job.value = address_cache(args.cache.value, args.cache.layout, /*is_key=*/false, geo);
 

@@ -78,8 +78,8 @@ std::int64_t read_slot(const TensorView& slots, std::int64_t i) {
 
 /// Write row `token` of `src` (all KV heads) into slot (block, in_block) of `dst`.
 void write_row(const TensorView& src, std::int64_t token, const Destination& dst,
-               std::int64_t block, std::int64_t in_block, const KVCacheGeometry& geo, float scale,
-               std::vector<float>& row) {
+               std::int64_t block, std::int64_t in_block, const KVCacheGeometry& geo,
+               const std::vector<float>& scales, std::vector<float>& row) {
   const std::int64_t elem = static_cast<std::int64_t>(dtype_size(geo.dtype));
   const bool fp8 = is_fp8(geo.dtype);
   const std::int64_t slot_base = block * dst.block_stride + in_block * dst.token_stride;
@@ -96,6 +96,7 @@ void write_row(const TensorView& src, std::int64_t token, const Destination& dst
       continue;
     }
     // fp8: stored = fp8(x / scale), x the input value as float (DESIGN.md §2.6, §2.8).
+    const float scale = scales[static_cast<std::size_t>(g)];
     for (std::int64_t d = 0; d < geo.head_size; ++d) {
       row[d] = numeric::load_as_float(src.data, src.dtype, src_off + d) / scale;
     }
@@ -114,12 +115,26 @@ void write_row(const TensorView& src, std::int64_t token, const Destination& dst
 
 }  // namespace
 
+std::vector<float> head_scales(const KVCache& cache, const KVCacheGeometry& geo, bool key) {
+  std::vector<float> out(static_cast<std::size_t>(geo.num_kv_heads), 1.0f);
+  if (!is_fp8(geo.dtype)) return out;
+  const TensorView& t = key ? cache.k_scales : cache.v_scales;
+  for (std::int32_t g = 0; g < geo.num_kv_heads; ++g) {
+    out[static_cast<std::size_t>(g)] =
+        t.defined() ? static_cast<const float*>(t.data)[t.numel() > 1 ? g : 0]
+                    : (key ? cache.k_scale : cache.v_scale);
+  }
+  return out;
+}
+
 Status write_kv(const TensorView& key, const TensorView& value, const TensorView& slot_mapping,
                 const KVCache& cache, const KVCacheGeometry& geometry) {
   try {
     const Destination kdst = describe_destination(cache.key, cache.layout, true, geometry);
     const Destination vdst = describe_destination(cache.value, cache.layout, false, geometry);
     std::vector<float> row(static_cast<std::size_t>(geometry.head_size));
+    const std::vector<float> k_scales = head_scales(cache, geometry, /*key=*/true);
+    const std::vector<float> v_scales = head_scales(cache, geometry, /*key=*/false);
     const std::int64_t num_tokens = slot_mapping.size(0);
     const std::int64_t block_size = geometry.block_size;
     for (std::int64_t t = 0; t < num_tokens; ++t) {
@@ -134,8 +149,8 @@ Status write_kv(const TensorView& key, const TensorView& value, const TensorView
       }
       const std::int64_t block = slot / block_size;
       const std::int64_t in_block = slot % block_size;
-      write_row(key, t, kdst, block, in_block, geometry, cache.k_scale, row);
-      write_row(value, t, vdst, block, in_block, geometry, cache.v_scale, row);
+      write_row(key, t, kdst, block, in_block, geometry, k_scales, row);
+      write_row(value, t, vdst, block, in_block, geometry, v_scales, row);
     }
     return Status::Ok();
   } catch (const std::exception& e) {

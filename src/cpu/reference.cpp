@@ -65,6 +65,13 @@ double load_cache(const TensorView& c, std::int64_t off, float scale) {
   return is_fp8(c.dtype) ? stored * static_cast<double>(scale) : stored;
 }
 
+/// The scale of KV head `g`: element g of the device-scale tensor (element 0 of a `[1]`
+/// tensor) when the cache has one, else the scalar (DESIGN.md §2.6).
+float head_scale(const TensorView& scales, float scalar, std::int64_t g) {
+  if (!scales.defined()) return scalar;
+  return static_cast<const float*>(scales.data)[(scales.shape[0] > 1 ? g : 0) * scales.strides[0]];
+}
+
 /// `v` rounded to float with round-to-odd. Rounding that float once more to a format with at
 /// least two fewer significand bits (fp16, bf16) gives the same result as rounding `v` to that
 /// format directly, so the oracle's output is rounded exactly once whatever the out dtype.
@@ -105,7 +112,8 @@ Status reference_attention(const AttentionArgs& args) {
   // Metadata values are read below, which is only possible for host memory.
   PAGEDATTN_RETURN_IF_ERROR(require_cpu(
       {&args.query, &args.cache.key, &args.cache.value, &args.block_table, &args.seq_lens,
-       &args.query_start_loc, &args.out, &args.lse, &args.params.alibi_slopes, &args.params.sinks},
+       &args.query_start_loc, &args.out, &args.lse, &args.params.alibi_slopes, &args.params.sinks,
+       &args.cache.k_scales, &args.cache.v_scales},
       "reference_attention"));
   BatchSummary summary;
   PAGEDATTN_RETURN_IF_ERROR(
@@ -153,7 +161,7 @@ Status reference_attention(const AttentionArgs& args) {
           double dot = 0.0;
           for (std::int64_t d = 0; d < head_size; ++d) {
             dot += q[d] * load_cache(kc, key_offset(kc, a.cache.layout, geo.x, b, g, t, d),
-                                     a.cache.k_scale);
+                                     head_scale(a.cache.k_scales, a.cache.k_scale, g));
           }
           double zj = scale * dot;
           if (softcap > 0.0) zj = softcap * std::tanh(zj / softcap);
@@ -181,7 +189,7 @@ Status reference_attention(const AttentionArgs& args) {
           const double p = std::exp(z[k] - m);
           for (std::int64_t d = 0; d < head_size; ++d) {
             acc[d] += p * load_cache(vc, value_offset(vc, a.cache.layout, b, g, t, d),
-                                     a.cache.v_scale);
+                                     head_scale(a.cache.v_scales, a.cache.v_scale, g));
           }
         }
         for (std::int64_t d = 0; d < head_size; ++d) {
@@ -205,7 +213,9 @@ Status reference_write_kv(const TensorView& key, const TensorView& value,
   PAGEDATTN_RETURN_IF_ERROR(
       validate::write_kv_args(key, value, slot_mapping, cache, TensorView{}, &geo));
   PAGEDATTN_RETURN_IF_ERROR(
-      require_cpu({&key, &value, &slot_mapping, &cache.key, &cache.value}, "reference_write_kv"));
+      require_cpu({&key, &value, &slot_mapping, &cache.key, &cache.value, &cache.k_scales,
+                   &cache.v_scales},
+                  "reference_write_kv"));
   PAGEDATTN_RETURN_IF_ERROR(
       validate::write_kv_args(key, value, slot_mapping, cache, slot_mapping, &geo));
 
@@ -238,9 +248,11 @@ Status reference_write_kv(const TensorView& key, const TensorView& value,
     for (std::int64_t g = 0; g < geo.num_kv_heads; ++g) {
       for (std::int64_t d = 0; d < geo.head_size; ++d) {
         put(key, offset_of(key, {i, g, d}), cache.key,
-            key_offset(cache.key, cache.layout, geo.x, b, g, t, d), cache.k_scale);
+            key_offset(cache.key, cache.layout, geo.x, b, g, t, d),
+            head_scale(cache.k_scales, cache.k_scale, g));
         put(value, offset_of(value, {i, g, d}), cache.value,
-            value_offset(cache.value, cache.layout, b, g, t, d), cache.v_scale);
+            value_offset(cache.value, cache.layout, b, g, t, d),
+            head_scale(cache.v_scales, cache.v_scale, g));
       }
     }
   }

@@ -55,6 +55,10 @@ Result<KernelChoice> select_kernel(const ProblemDesc& problem, const DeviceInfo&
       << (problem.access == CacheAccess::kNative ? "dense" : "strided") << " cache addressing";
   if (options.num_splits > 1)
     why << "; num_splits " << options.num_splits << " ignored (the CPU backend never splits)";
+  if (options.batch_invariant)
+    why << "; batch-invariant: always (each (sequence, KV head, query chunk) is one item summed "
+           "in key order from the sequence's own first key, never split, so a sequence's bits "
+           "do not depend on the batch or the thread count)";
   c.reason = why.str();
   return c;
 }

@@ -742,6 +742,7 @@ Status Replay::run_step(const StepBatch& batch) {
   host.query_start_loc = TensorView::contiguous(qsl_.host.data(), DType::kInt32, {S + 1});
   PlanOptions plan_options;
   plan_options.num_threads = config_.threads;
+  plan_options.batch_invariant = config_.batch_invariant;
   t = std::chrono::steady_clock::now();
   Result<AttentionPlan> plan = plan_attention(args, host, plan_options);
   report_.plan_s += seconds_since(t);

@@ -310,6 +310,9 @@ struct ReplayConfig {
   std::uint64_t seed = 1;
   /// CPU threads; 0 = all hardware threads.
   std::int32_t threads = 0;
+  /// Plan every step with PlanOptions::batch_invariant (a request's attention bits do not
+  /// depend on which other requests share its step).
+  bool batch_invariant = false;
   /// Testing only: see FaultInjection.
   FaultInjection fault = FaultInjection::kNone;
 };

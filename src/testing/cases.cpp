@@ -89,6 +89,15 @@ bool glob_match(const char* pat, const char* str) {
 
 }  // namespace
 
+const char* to_string(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::kHost: return "host";
+    case ScaleMode::kTensor: return "tensor";
+    case ScaleMode::kPerHead: return "per-head";
+  }
+  return "unknown";
+}
+
 std::string case_name(const CaseConfig& c) {
   std::string n = fmt::format("{}_bs{}_h{}_q{}kv{}_{}", to_string(c.layout), c.block_size,
                               c.head_size, c.num_heads, c.num_kv_heads, to_string(c.dtype));
@@ -105,6 +114,9 @@ std::string case_name(const CaseConfig& c) {
     n += c.k_scale == 0.0f ? std::string("_ksauto") : "_ks" + num_tag(c.k_scale);
     n += c.v_scale == 0.0f ? std::string("_vsauto") : "_vs" + num_tag(c.v_scale);
   }
+  if (is_fp8(c.kv_dtype) && c.scales == ScaleMode::kTensor) n += "_scaletensor";
+  if (is_fp8(c.kv_dtype) && c.scales == ScaleMode::kPerHead) n += "_scaleperhead";
+  if (c.plan.batch_invariant) n += "_invariant";
   if (c.scale != 0.0f) n += "_scale" + num_tag(c.scale);
   if (c.token_pad != 0) n += "_tokpad" + num_tag(static_cast<double>(c.token_pad));
   if (c.head_pad != 0) n += "_headpad" + num_tag(static_cast<double>(c.head_pad));

@@ -324,7 +324,7 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
     add(c);
   }
 
-  // Head sizes the API accepts beyond the tested list (every multiple of 8 up to 256; vLLM's
+  // Head sizes the API accepts beyond the tested list (every multiple of 8 up to 512; vLLM's
   // prefix-prefill test uses 24), and a non-power-of-two block of Qwen3.5 (1056).
   {
     struct Odd {
@@ -344,6 +344,60 @@ void add_named_cases(Device dev, bool quick, std::vector<CaseConfig>* out) {
       add(c);
     }
   }
+  // Head size 512 (Gemma-4's global layers) on every layout and cache kind: the tiled kernel's
+  // largest instance (16 rows, tiles cut to fit the shared memory), decode and prefill rows, a
+  // prefill chunk longer than a tile and a decode longer than a split.
+  {
+    struct H512 {
+      KVLayout layout;
+      int head, kvh;
+      DType dtype, kv;
+    };
+    // 264 and 456: the same instance with head-dim pairs past head_size idle.
+    const H512 cfgs[] = {{KVLayout::kNHD, 512, 2, b16, b16},
+                         {KVLayout::kHND, 512, 1, f32, f32},
+                         {KVLayout::kSplit, 512, 2, f16, e4m3},
+                         {KVLayout::kNHD, 512, 4, b16, e5m2},
+                         {KVLayout::kHND, 264, 2, f16, f16},
+                         {KVLayout::kSplit, 456, 2, b16, b16}};
+    for (const H512& h : cfgs) {
+      if (quick && (h.layout != KVLayout::kSplit || h.head != 512)) continue;
+      CaseConfig c = base(dev, h.layout, 16, h.head, 8, h.kvh, h.dtype, h.kv);
+      set_lengths(&c, {{70, 1}, {40, 9}, {1, 1}, {17, 1}});
+      c.tag = h.head == 512 ? "head512" : "headover256";
+      add(c);
+    }
+  }
+
+  // fp8 scales as device tensors (KVCache::k_scales / v_scales): one element, and one per KV
+  // head (each head its own scale, so a reader that takes head 0's for every head, or the
+  // host scalar, is off by up to 4x), in the writer and the reader, decode and prefill.
+  for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kPerHead}) {
+    for (KVLayout l : {KVLayout::kNHD, KVLayout::kSplit}) {
+      if (quick && (l == KVLayout::kSplit || mode == ScaleMode::kTensor)) continue;
+      CaseConfig c = base(dev, l, 16, 128, 8, 4, b16, l == KVLayout::kSplit ? e5m2 : e4m3);
+      set_lengths(&c, {{90, 1}, {33, 6}, {1, 1}});
+      c.scales = mode;
+      c.k_scale = 0.0f;  // derived from the data (amax / 64), then varied per head
+      c.v_scale = 0.0f;
+      c.tag = "devscales";
+      add(c);
+    }
+  }
+
+  // Batch-invariant plans (PlanOptions::batch_invariant) must still be exact: fixed-token splits
+  // of a long decode, a windowed prefill on the absolute tile grid, a forced split count.
+  for (int splits : {0, 3}) {
+    if (quick && splits == 3) continue;
+    CaseConfig c = base(dev, KVLayout::kNHD, 16, 72, 8, 2, f16, f16);
+    set_lengths(&c, {{4500, 1}, {300, 17}, {2049, 1}, {1, 1}});
+    c.sliding_window = splits == 0 ? 0 : 250;
+    c.plan.batch_invariant = true;
+    c.plan.num_splits = splits;
+    c.tag = "invariant";
+    add(c);
+  }
+
   if (!quick) {
     CaseConfig c = base(dev, KVLayout::kNHD, 1056, 128, 8, 2, b16, b16);
     set_lengths(&c, {{1057, 1}, {1055, 1}, {2113, 4}});

@@ -447,6 +447,18 @@ CaseResult run_case_checked(const CaseConfig& c) {
     v_scale = c.v_scale != 0.0f ? c.v_scale : std::max(v_amax, 1e-6f) / 64.0f;
   }
 
+  // Per-KV-head scales (CaseConfig::scales): the device tensors hold these; the host scalars
+  // stay those of the case (they must be ignored when the tensors are given).
+  std::vector<float> k_head_scales, v_head_scales;
+  if (fp8 && c.scales != ScaleMode::kHost) {
+    const std::int64_t n = c.scales == ScaleMode::kPerHead ? KVH : 1;
+    for (std::int64_t g = 0; g < n; ++g) {
+      const float f = n > 1 ? 0.5f + 1.5f * static_cast<float>(g) / static_cast<float>(n - 1) : 1.0f;
+      k_head_scales.push_back(k_scale * f);
+      v_head_scales.push_back(v_scale * f);
+    }
+  }
+
   // ---- query (exactly sized: the last row ends the allocation) -----------------------------
   std::vector<int> starts(static_cast<std::size_t>(num_seqs) + 1, 0);
   for (int s = 0; s < num_seqs; ++s)
@@ -552,6 +564,10 @@ CaseResult run_case_checked(const CaseConfig& c) {
   if (!b_alibi.ok()) return fail(b_alibi.status());
   auto b_sinks = mk(as_bytes(sinks), 0);
   if (!b_sinks.ok()) return fail(b_sinks.status());
+  auto b_kscales = mk(as_bytes(k_head_scales.empty() ? std::vector<float>{1.0f} : k_head_scales), 0);
+  if (!b_kscales.ok()) return fail(b_kscales.status());
+  auto b_vscales = mk(as_bytes(v_head_scales.empty() ? std::vector<float>{1.0f} : v_head_scales), 0);
+  if (!b_vscales.ok()) return fail(b_vscales.status());
 
   // K and V views from their own specs (make_kv_cache describes one spec; the value view of
   // the second call carries the value padding).
@@ -562,6 +578,15 @@ CaseResult run_case_checked(const CaseConfig& c) {
     if (!vc.ok()) return vc.status();
     KVCache both = *kc;
     both.value = vc->value;
+    if (!k_head_scales.empty()) {
+      // The device copies for the library's cache, the host vectors for the oracle's.
+      const bool host = d != dev;
+      const std::int64_t n = static_cast<std::int64_t>(k_head_scales.size());
+      both.k_scales = TensorView::contiguous(host ? k_head_scales.data() : b_kscales->data(),
+                                             DType::kFloat32, {n}, d);
+      both.v_scales = TensorView::contiguous(host ? v_head_scales.data() : b_vscales->data(),
+                                             DType::kFloat32, {n}, d);
+    }
     return both;
   };
   auto cache = make_cache(b_kcache->data(), b_vcache->data(), dev);

@@ -12,6 +12,19 @@
 
 namespace pagedattn::testing {
 
+/// How an fp8 case hands its scales to the library (CaseConfig::scales).
+enum class ScaleMode : std::uint8_t {
+  /// KVCache::k_scale / v_scale (host scalars).
+  kHost,
+  /// KVCache::k_scales / v_scales as `[1]` tensors on the case's device, holding the scalars.
+  kTensor,
+  /// `[num_kv_heads]` tensors on the case's device: KV head g's scale is the case's scale
+  /// times 0.5 + 1.5 g / (num_kv_heads - 1) (1 for one KV head), so every head has its own.
+  kPerHead,
+};
+/// "host", "tensor", "per-head".
+const char* to_string(ScaleMode mode);
+
 struct CaseConfig {
   Device device = Device::cpu();
   KVLayout layout = KVLayout::kNHD;
@@ -38,6 +51,7 @@ struct CaseConfig {
   PlanOptions plan;                  // tile / split overrides
   float k_scale = 1.0f;              // fp8 only; 0 = derived from the data
   float v_scale = 1.0f;
+  ScaleMode scales = ScaleMode::kHost;  // fp8 only: scalars or device tensors
   std::string name;                  // empty = case_name(*this)
   /// Last component of case_name() (a lengths profile such as "decode", or a fault class such
   /// as "zeroq"); empty = derived from the lengths ("s3_max544_t7").
@@ -101,7 +115,7 @@ float case_scale(const CaseConfig& config);
 
 /// Readable unique name: "<layout>_bs<B>_h<D>_q<H>kv<KVH>_<dtype>[_<kvdtype>][_window<W>]
 /// [_softcap<C>][_alibi][_sinks][_pad<P>][_tile<T>][_splits<S>][_ks<K>_vs<V>][_tokpad<P>]
-/// [_headpad<P>][_vpad<P>][_outpad<P>][_inplace][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk][_ninfsink]_<lengths-tag>" (kvdtype "fp8e4m3" or
+/// [_headpad<P>][_vpad<P>][_outpad<P>][_scaletensor|_scaleperhead][_invariant][_inplace][_stridedmeta][_i32slots][_nolse][_nanq][_ninfk][_ninfsink]_<lengths-tag>" (kvdtype "fp8e4m3" or
 /// "fp8e5m2"; a '.' in a number is written 'p', so that every name is a valid GoogleTest
 /// parameter name: letters, digits and '_' only).
 std::string case_name(const CaseConfig& config);

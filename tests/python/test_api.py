@@ -206,7 +206,7 @@ def test_cache_errors(device):
     with pytest.raises(ValueError, match="layout"):
         pagedattn.KVCache(mk(4, 16, 2, 64), mk(4, 16, 2, 64), layout="nchw")
     with pytest.raises(NotImplementedError, match="head_size"):
-        pagedattn.KVCache(mk(4, 16, 2, 264), mk(4, 16, 2, 264))
+        pagedattn.KVCache(mk(4, 16, 2, 520), mk(4, 16, 2, 520))
     with pytest.raises(TypeError, match="k_cache"):
         pagedattn.KVCache("not a tensor", mk(4, 16, 2, 64))
 

@@ -220,7 +220,9 @@ TEST(Matrix, WindowEdgeCasesHitTheOffByOneBoundaries) {
 TEST(Matrix, QuickSubsetIsSmallAndTouchesEverything) {
   const auto quick = matrix_cases(Device::cpu(), true);
   EXPECT_GE(quick.size(), 30u);
-  EXPECT_LE(quick.size(), 82u);  // 80 + the fp8 decode fast path's nhd and split cases
+  // 80 before issue 21, plus the fp8 decode fast path's nhd and split cases, head 512 (the
+  // tiled kernel's widest instance), per-KV-head device scales and a batch-invariant plan.
+  EXPECT_LE(quick.size(), 85u);
   std::set<std::string> combos, heads, blocks, features, tags, ratios;
   bool padded = false;
   for (const CaseConfig& c : quick) {
@@ -236,6 +238,9 @@ TEST(Matrix, QuickSubsetIsSmallAndTouchesEverything) {
   EXPECT_EQ(combos.size(), 27u) << "every layout x dtype x kv dtype";
   for (const char* h : {"32", "64", "80", "96", "112", "120", "128", "192", "256"})
     EXPECT_TRUE(heads.count(h)) << "head size " << h;
+  EXPECT_TRUE(heads.count("512")) << "head size 512";
+  for (const char* t : {"head512", "devscales", "invariant"})
+    EXPECT_TRUE(tags.count(t)) << "tag " << t;
   EXPECT_EQ(blocks.size(), 5u) << "every block size";
   EXPECT_EQ(features.size(), 6u) << "every feature";
   for (const char* r : {"1", "4", "5", "8", "16"})
@@ -344,7 +349,7 @@ TEST(RunCase, ReportsBadConfigurationsAsStatusNotCrash) {
   EXPECT_EQ(run_case(c).status.code(), StatusCode::kInvalidArgument);
   // Limits of the library come back as the library's status.
   c = CaseConfig{};
-  c.head_size = 264;
+  c.head_size = 520;
   const CaseResult r = run_case(c);
   EXPECT_EQ(r.status.code(), StatusCode::kUnsupported) << r.status.to_string();
   EXPECT_FALSE(r.pass);

@@ -184,7 +184,7 @@ TEST(CudaIndexing, TileLoaderCoversTheTileOnceAndStaysInBounds) {
 // Shared-memory regions: aligned, disjoint, and large enough for every read of the QK and PV
 // steps (16-byte key chunks, query rows in 16-byte chunks, value pairs, score rows).
 TEST(CudaIndexing, SharedMemoryCarveUpHoldsEveryAccess) {
-  for (int head = 8; head <= 256; head += 8)
+  for (int head = 8; head <= 512; head += 8)
     for (int es : {1, 2, 4})
       for (KVLayout l : {KVLayout::kSplit, KVLayout::kNHD})
         for (int mmax : {16, 32, 64})
@@ -223,6 +223,38 @@ TEST(CudaIndexing, SplitsPartitionTheKeyRange) {
           }
           ASSERT_EQ(covered, hi);
         }
+}
+
+// Fixed-token cuts (batch-invariant mode): the splits partition the range, and a sequence's
+// cut is the same whatever split count the batch's longest sequence gave the grid, as long as
+// that count covers the sequence with the base chunk or both counts make it double.
+TEST(CudaIndexing, FixedTokenSplitsPartitionAndDoNotDependOnTheGrid) {
+  for (std::int64_t seq_len : {1, 17, 2047, 2048, 2049, 32768, 32769, 100000, 1 << 20})
+    for (int splits : {1, 2, 3, 16, 64})
+      for (std::int64_t lo : {std::int64_t{0}, seq_len / 3}) {
+        std::int64_t covered = lo;
+        for (int s = 0; s < splits; ++s) {
+          const KeyRange r = split_range_fixed(lo, seq_len, seq_len, splits, s, 2048);
+          ASSERT_LE(r.lo, r.hi);
+          if (r.hi == r.lo) continue;
+          ASSERT_EQ(r.lo, covered) << "gap or overlap at split " << s;
+          covered = r.hi;
+        }
+        ASSERT_EQ(covered, seq_len) << "seq_len " << seq_len << ", " << splits << " splits";
+      }
+  // The grid's split count as tiled_choose sets it: ceil(max_seq_len / 2048) up to 16. A
+  // sequence alone and next to longer ones gets the same chunk.
+  auto grid = [](std::int64_t max_len) {
+    return static_cast<int>(std::min<std::int64_t>(16, (max_len + 2047) / 2048));
+  };
+  for (std::int64_t len : {1, 2048, 2049, 20000, 32768, 32769, 500000})
+    for (std::int64_t other : {len, len + 1, 2 * len, std::int64_t{40000}, std::int64_t{1} << 21}) {
+      const std::int64_t longest = std::max(len, other);
+      EXPECT_EQ(tiled_split_chunk(len, 2048, grid(len)), tiled_split_chunk(len, 2048, grid(longest)))
+          << "seq_len " << len << " alone and next to " << other;
+    }
+  EXPECT_EQ(tiled_split_chunk(32769, 2048, 16), 4096);
+  EXPECT_EQ(tiled_split_chunk(100, 2048, 1), 2048);
 }
 
 // Every key a row may see (causal, window) is inside the CTA's range, and the range never
@@ -369,6 +401,76 @@ TEST(CudaIndexing, ChooseConfigRespectsTheSharedMemoryLimit) {
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->tile_tokens, 5);
   EXPECT_EQ(f->num_splits, 3);
+}
+
+// The tiled kernel's split choice on an H200-like device (132 SMs): a skewed decode batch
+// splits its long sequence although the batch's CTAs fill the device, the same tokens spread
+// evenly do not split, and batch-invariant plans take the fixed cut and a tile that does not
+// follow the batch's lengths.
+namespace skew_select {
+ProblemDesc decode_batch(const std::vector<int>& lens) {
+  ProblemDesc pd;
+  pd.device = Device::cuda();
+  pd.num_heads = 32;
+  pd.num_kv_heads = 8;
+  pd.head_size = 72;
+  pd.q_dtype = pd.cache_dtype = DType::kFloat16;
+  pd.layout = KVLayout::kNHD;
+  pd.block_size = 16;
+  pd.batch.num_seqs = static_cast<int>(lens.size());
+  pd.batch.num_tokens = static_cast<std::int64_t>(lens.size());
+  pd.batch.num_decode_seqs = static_cast<int>(lens.size());
+  pd.batch.max_query_len = 1;
+  for (int l : lens) {
+    pd.batch.max_seq_len = std::max(pd.batch.max_seq_len, l);
+    pd.batch.total_kv_tokens += l;
+  }
+  return pd;
+}
+}  // namespace skew_select
+
+TEST(CudaIndexing, SkewedDecodeBatchesSplitTheirLongSequence) {
+  DeviceInfo info;
+  info.device = Device::cuda();
+  info.num_units = 132;
+  info.max_shared_memory_per_block = 232448;
+  std::vector<int> skew(64, 512), even(64, 1016);
+  skew[17] = 32768;
+  auto s = tiled_choose(skew_select::decode_batch(skew), info, PlanOptions{});
+  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_GE(s->num_splits, 8) << s->reason;
+  EXPECT_NE(s->reason.find("skewed"), std::string::npos) << s->reason;
+  auto e = tiled_choose(skew_select::decode_batch(even), info, PlanOptions{});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->num_splits, 1) << e->reason;
+  // The plan's cut is the one the choice reported.
+  const ProblemDesc pd = skew_select::decode_batch(skew);
+  auto cfg = make_tiled_config(pd, s->tile_tokens, s->num_splits, info.max_shared_memory_per_block);
+  ASSERT_TRUE(cfg.ok());
+  apply_split_cut(pd, info, PlanOptions{}, &cfg.value());
+  const int share = tiled_skew_split_tokens(pd, info, PlanOptions{}, cfg->head_groups, cfg->tile_tokens);
+  EXPECT_EQ(cfg->split_tokens, share);
+  EXPECT_GE(static_cast<std::int64_t>(share) * s->num_splits, 32768);
+  EXPECT_GE(share, 512) << "the short sequences stay in one split";
+  EXPECT_FALSE(cfg->tile_grid);
+
+  PlanOptions inv;
+  inv.batch_invariant = true;
+  std::vector<int> tiny{20, 7};
+  auto t = tiled_choose(skew_select::decode_batch(tiny), info, inv);
+  auto t0 = tiled_choose(skew_select::decode_batch(tiny), info, PlanOptions{});
+  ASSERT_TRUE(t.ok() && t0.ok());
+  EXPECT_EQ(t->tile_tokens, 64) << "batch-invariant tiles do not follow the batch's lengths";
+  EXPECT_LT(t0->tile_tokens, 64);
+  EXPECT_EQ(t->num_splits, 1);
+  auto l = tiled_choose(skew_select::decode_batch(skew), info, inv);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->num_splits, 16) << l->reason;  // ceil(32768 / 2048)
+  auto cl = make_tiled_config(pd, l->tile_tokens, l->num_splits, info.max_shared_memory_per_block);
+  ASSERT_TRUE(cl.ok());
+  apply_split_cut(pd, info, inv, &cl.value());
+  EXPECT_EQ(cl->split_tokens, kInvariantSplitTokens);
+  EXPECT_TRUE(cl->tile_grid);
 }
 
 }  // namespace

@@ -258,11 +258,11 @@ TEST_F(AttentionValidation, HeadSizeDiffersBetweenQueryAndCache) {
   args.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {T, H / 2});
   Expect(StatusCode::kInvalidArgument, "head_size");
 }
-TEST_F(AttentionValidation, HeadSizeAbove256IsUnsupported) {
-  // 264 = 33 * 8: a multiple of 8 but past the supported range. Planning reads shapes only.
-  args.query = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 264});
-  args.out = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 264});
-  args.cache.key = TensorView::contiguous(nullptr, DType::kFloat16, {NB, BS, KVH, 264});
+TEST_F(AttentionValidation, HeadSizeAbove512IsUnsupported) {
+  // 520 = 65 * 8: a multiple of 8 but past the supported range. Planning reads shapes only.
+  args.query = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 520});
+  args.out = TensorView::contiguous(nullptr, DType::kFloat16, {T, H, 520});
+  args.cache.key = TensorView::contiguous(nullptr, DType::kFloat16, {NB, BS, KVH, 520});
   args.cache.value = args.cache.key;
   EXPECT_REJECTED(plan_attention(args, HostMetadata::from_args(args)).status(),
                   StatusCode::kUnsupported, "head_size");

@@ -139,6 +139,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
                                std::max(1, tiled.num_splits), info->max_shared_memory_per_block);
   if (!cfg.ok()) return cfg.status();
   plan->config = *cfg;
+  apply_split_cut(problem, *info, state->options, &plan->config);
   const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
   plan->total_tiles = num_seqs > 0 ? count_row_tiles(static_cast<const std::int32_t*>(
                                                          host.query_start_loc.data),

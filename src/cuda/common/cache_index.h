@@ -144,6 +144,32 @@ PA_HD KeyRange split_range(std::int64_t row_lo, std::int64_t row_hi, std::int64_
   return r;
 }
 
+/// The split size of a sequence of `seq_len` keys under a fixed-token cut
+/// (AttnParams::split_tokens > 0): `split_tokens` doubled until `num_splits` chunks cover the
+/// sequence. It depends on the sequence's own length and the two launch constants only, never
+/// on the other sequences of the batch; a sequence that grew past the plan (a replayed graph)
+/// is still covered, with larger chunks.
+PA_HD std::int64_t tiled_split_chunk(std::int64_t seq_len, int split_tokens, int num_splits) {
+  std::int64_t chunk = split_tokens > 0 ? split_tokens : 1;
+  while (chunk * num_splits < seq_len) chunk *= 2;
+  return chunk;
+}
+
+/// Key range [lo, hi) of split `split` under a fixed-token cut: the CTA's rows need keys
+/// [row_lo, row_hi), clipped to [split * chunk, (split + 1) * chunk) (tiled_split_chunk).
+PA_HD KeyRange split_range_fixed(std::int64_t row_lo, std::int64_t row_hi, std::int64_t seq_len,
+                                 int num_splits, int split, int split_tokens) {
+  KeyRange r{row_lo, row_hi};
+  if (num_splits > 1) {
+    const std::int64_t chunk = tiled_split_chunk(seq_len, split_tokens, num_splits);
+    const std::int64_t a = chunk * split, b = a + chunk;
+    if (a > r.lo) r.lo = a;
+    if (b < r.hi) r.hi = b;
+  }
+  if (r.hi < r.lo) r.hi = r.lo;
+  return r;
+}
+
 /// Keys the query tokens [tok0, tok_end) of a sequence need (before splitting): from the
 /// window start of the first token to the last token's own position, clamped to [0, seq_len).
 /// Token t sits at position context_len + (t - q_begin), context_len = seq_len - query_len.

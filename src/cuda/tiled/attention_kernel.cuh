@@ -198,11 +198,40 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
 
   // ---- keys this CTA (and split) reads: [kr.lo, kr.hi)
   const KeyRange rows_kr = cta_key_range(q_begin, q_end, tok0, tok_end, seq_len, p.window);
-  const KeyRange kr = split_range(rows_kr.lo, rows_kr.hi, seq_len, p.num_splits, split, p.tile_tokens);
+  // Fixed-token cuts split decode rows only: a prefill chunk (query_len >= 2) keeps its keys in
+  // split 0, as in a mixed batch, whose tiled part never splits (the merge would visit the
+  // decode rows of the decode fast path), so that its bits do not depend on the batch either.
+  const bool unsplit = p.split_tokens > 0 && q_end - q_begin >= 2;
+  KeyRange kr =
+      p.split_tokens > 0
+          ? split_range_fixed(rows_kr.lo, rows_kr.hi, seq_len, unsplit ? 1 : p.num_splits, split,
+                              p.split_tokens)
+          : split_range(rows_kr.lo, rows_kr.hi, seq_len, p.num_splits, split, p.tile_tokens);
+  if (unsplit && split > 0) kr.hi = kr.lo;
+  // The first tile starts at kr.lo, or on the absolute tile grid below it (tile_grid): the keys
+  // of that tile before kr.lo are masked (zero-filled, never loaded, scores -inf).
+  const std::int64_t walk_lo = p.tile_grid ? kr.lo / p.tile_tokens * p.tile_tokens : kr.lo;
   const int n_tiles =
-      kr.hi > kr.lo ? static_cast<int>((kr.hi - kr.lo + p.tile_tokens - 1) / p.tile_tokens) : 0;
+      kr.hi > kr.lo ? static_cast<int>((kr.hi - walk_lo + p.tile_tokens - 1) / p.tile_tokens) : 0;
+  // Scales of this KV head: read on the device (never on the host) when the cache has scale
+  // tensors, so that a replayed CUDA graph uses their current values.
+  const float score_scale = p.score_scale * cache_scale(p.k_scales, p.scales_stride, kvh, 1.f);
+  const float v_scale = cache_scale(p.v_scales, p.scales_stride, kvh, p.v_scale);
 
   __syncthreads();  // row descriptors visible
+
+  // A split without keys for this CTA (fixed-token cuts give short sequences many of them):
+  // only its empty state, which the merge skips; nothing else is read. Split 0 with a sink
+  // is not empty (the sink is its state).
+  if (n_tiles == 0 && p.num_splits > 1 && (split > 0 || !p.sinks)) {
+    for (int m = tid; m < rows; m += kTiledThreads) {
+      if (sTok[m] < 0) continue;
+      const std::int64_t idx =
+          (static_cast<std::int64_t>(split) * p.num_tokens + sTok[m]) * p.num_heads + sHead[m];
+      p.part_lse[idx] = -INFINITY;
+    }
+    return;
+  }
 
   // ---- Q rows -> shared memory (fp32, zero past head_size and for empty rows)
   const int qs = p.smem.q_stride;
@@ -245,15 +274,15 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
   const int krb = p.smem.k_row_bytes;
   const int vrb = p.smem.v_row_bytes;
   if (n_tiles > 0) {
-    load_tile<ES>(p, true, kr.lo, kr.lo, kr.hi, kvh, bt_row, sK, krb);
-    load_tile<ES>(p, false, kr.lo, kr.lo, kr.hi, kvh, bt_row, sV, vrb);
+    load_tile<ES>(p, true, walk_lo, kr.lo, kr.hi, kvh, bt_row, sK, krb);
+    load_tile<ES>(p, false, walk_lo, kr.lo, kr.hi, kvh, bt_row, sV, vrb);
     cp_async_commit();
   }
   const int t_mine = tid & 63;
   const int half = tid >> 6;
   for (int it = 0; it < n_tiles; ++it) {
     const int stage = it & 1;
-    const std::int64_t j0 = kr.lo + static_cast<std::int64_t>(it) * p.tile_tokens;
+    const std::int64_t j0 = walk_lo + static_cast<std::int64_t>(it) * p.tile_tokens;
     if (it + 1 < n_tiles) {
       const std::int64_t jn = j0 + p.tile_tokens;
       load_tile<ES>(p, true, jn, kr.lo, kr.hi, kvh, bt_row, sK + (stage ^ 1) * T4 * krb, krb);
@@ -295,7 +324,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
         }
       }
       const std::int64_t j = j0 + t_mine;
-      const bool tok_ok = t_mine < p.tile_tokens && j < kr.hi;
+      const bool tok_ok = t_mine < p.tile_tokens && j >= kr.lo && j < kr.hi;
 #pragma unroll
       for (int k = 0; k < RPT; ++k) {
         const int m = half + 2 * k;
@@ -303,7 +332,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
           float z = -INFINITY;
           const int qp = sQpos[m];
           if (tok_ok && sTok[m] >= 0 && key_allowed(j, qp, p.window)) {
-            z = s[k] * p.score_scale;
+            z = s[k] * score_scale;
             if (p.softcap > 0.f) z = p.softcap * tanhf(z / p.softcap);
             if (p.alibi) z += sSlope[m] * static_cast<float>(j - qp);
           }
@@ -388,7 +417,7 @@ __global__ void __launch_bounds__(kTiledThreads, 1) tiled_attention_kernel(const
     // (weight 0 in the merge) or, for a whole row (one split), every logit -inf with no sink:
     // 0/0, NaN as in the oracle (every written row has keys: its own position at least).
     const bool whole = p.num_splits == 1;
-    const float inv = l != 0.f ? p.v_scale / l : (whole ? NAN : 0.f);
+    const float inv = l != 0.f ? v_scale / l : (whole ? NAN : 0.f);
     const float lse = l != 0.f ? softmax_base(mrow) + logf(l) : (whole ? NAN : -INFINITY);
     const std::int64_t tr = sTok[m];
     const std::int64_t head = sHead[m];
@@ -461,6 +490,12 @@ cudaError_t launch_tiled_one(const AttnParams& p, dim3 grid, int smem_optin, cud
       case 4:                                                                                   \
         return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 4, 16>(p, grid, o, stream)           \
                           : launch_tiled_one<QTYPE, KVKIND, 4, 32>(p, grid, o, stream);          \
+      case 5:                                                                                   \
+      case 6:                                                                                   \
+      case 7:                                                                                   \
+      case 8: /* head 264..512: one instance (16 rows), the pairs past head_size idle */       \
+        return mmax == 16 ? launch_tiled_one<QTYPE, KVKIND, 8, 16>(p, grid, o, stream)           \
+                          : cudaErrorInvalidValue;                                              \
       default: return cudaErrorInvalidValue;                                                    \
     }                                                                                           \
   }

@@ -42,8 +42,14 @@ struct AttnParams {
   int gqa;
   int head_size;
   // math
-  float score_scale;  // scale * k_scale (k_scale = 1 for non-fp8 caches)
+  float score_scale;  // scale * k_scale (k_scale = 1 for non-fp8 caches or device scales)
   float v_scale;      // 1 for non-fp8 caches
+  // KVCache::k_scales / v_scales (fill_cache_scales): null = the scalars above. Otherwise
+  // KV head g's scores are scaled by score_scale * k_scales[g * scales_stride] and its output
+  // by v_scales[g * scales_stride], read on the device.
+  const float* k_scales;
+  const float* v_scales;
+  int scales_stride;
   float softcap;      // 0 = off
   int window;         // 0 = off
   const float* alibi;  // null = off
@@ -58,6 +64,15 @@ struct AttnParams {
   int tile_tokens;
   int tile_rows;
   int num_splits;
+  // > 0: split s of a sequence covers keys [s * chunk, (s + 1) * chunk) with chunk =
+  // split_tokens doubled until num_splits chunks cover the sequence (tiled_split_chunk), a
+  // cut that depends on the sequence's own length only. 0: chunk = ceil(seq_len /
+  // num_splits) rounded up to a tile.
+  int split_tokens;
+  // 1: KV tiles start on multiples of tile_tokens of absolute key positions (not at the
+  // CTA's first key), so that a row's sums do not depend on which rows share its CTA
+  // (PlanOptions::batch_invariant).
+  int tile_grid;
   TiledSmem smem;
   // workspace
   std::int32_t* tile_start;  // [num_seqs + 1] (written by the prep kernel)

@@ -14,12 +14,18 @@ int round_up(int v, int m) { return (v + m - 1) / m * m; }
 std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
 }  // namespace
 
+int tiled_max_rows(int kp) {
+  // Rows of fp32 accumulators per warp x head-dim pairs per lane stay near 64 registers: head
+  // 264..512 (kp 5..8, one kp-8 instance) hold 16 rows.
+  return kp <= 2 ? 64 : kp <= 4 ? 32 : 16;
+}
+
 void choose_rows(const ProblemDesc& problem, TiledConfig* c) {
   const int d = problem.head_size;
   const int gqa = std::max(1, problem.gqa_ratio());
   c->kp = std::max(1, (d + 63) / 64);
   const bool decode_only = problem.batch.max_query_len <= 1;
-  const int big = c->kp <= 2 ? 64 : 32;
+  const int big = tiled_max_rows(c->kp);
   c->mmax = (decode_only && gqa <= 16) ? 16 : big;
   c->heads_per_cta = std::min(gqa, c->mmax);
   c->head_groups = (gqa + c->heads_per_cta - 1) / c->heads_per_cta;
@@ -108,6 +114,34 @@ Result<TiledConfig> make_tiled_config(const ProblemDesc& problem, int tile_token
   return c;
 }
 
+int tiled_skew_split_tokens(const ProblemDesc& problem, const DeviceInfo& info,
+                            const PlanOptions& options, int head_groups, int tile_tokens) {
+  const BatchSummary& b = problem.batch;
+  if (options.num_splits > 0 || options.tile_tokens > 0 || options.batch_invariant) return 0;
+  if (b.num_prefill_seqs > 0 || b.num_decode_seqs == 0) return 0;
+  const int tile = std::max(1, tile_tokens);
+  const std::int64_t slots = 2 * std::int64_t{std::max(1, info.num_units)};
+  const std::int64_t work = b.total_kv_tokens * std::max(1, problem.num_kv_heads) *
+                            std::max(1, head_groups);
+  std::int64_t share = (work + slots - 1) / slots;
+  share = std::max<std::int64_t>(share, 4 * tile);
+  share = (share + tile - 1) / tile * tile;
+  if (b.max_seq_len <= 2 * share || share > (std::int64_t{1} << 30)) return 0;
+  return static_cast<int>(share);
+}
+
+void apply_split_cut(const ProblemDesc& problem, const DeviceInfo& info,
+                     const PlanOptions& options, TiledConfig* c) {
+  c->tile_grid = options.batch_invariant;
+  c->split_tokens = 0;
+  if (options.batch_invariant && options.num_splits == 0) {
+    c->split_tokens = kInvariantSplitTokens;
+  } else if (c->num_splits > 1) {
+    c->split_tokens =
+        tiled_skew_split_tokens(problem, info, options, c->head_groups, c->tile_tokens);
+  }
+}
+
 Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& info,
                                   const PlanOptions& options) {
   if (problem.device.type != DeviceType::kCUDA)
@@ -118,10 +152,10 @@ Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& 
                   "num_heads = " + std::to_string(problem.num_heads) +
                       " must be a positive multiple of num_kv_heads = " +
                       std::to_string(problem.num_kv_heads));
-  if (problem.head_size < 8 || problem.head_size > 256 || problem.head_size % 8 != 0)
+  if (problem.head_size < 8 || problem.head_size > 512 || problem.head_size % 8 != 0)
     return Status(StatusCode::kUnsupported,
                   "head_size = " + std::to_string(problem.head_size) +
-                      ": the CUDA kernel supports the multiples of 8 from 8 to 256");
+                      ": the CUDA kernel supports the multiples of 8 from 8 to 512");
   const bool q_ok = problem.q_dtype == DType::kFloat32 || problem.q_dtype == DType::kFloat16 ||
                     problem.q_dtype == DType::kBFloat16;
   const bool kv_ok = problem.cache_dtype == problem.q_dtype || is_fp8(problem.cache_dtype);
@@ -145,13 +179,18 @@ Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& 
     why << "tile " << tile << " tokens (forced by options"
         << (options.tile_tokens > kMaxTileTokens ? ", clamped to the kernel maximum 64" : "")
         << ")";
+  } else if (options.batch_invariant) {
+    why << "tile " << tile << " tokens (batch-invariant: not fitted to the batch's lengths)";
   } else {
     const int longest = problem.batch.max_seq_len;
     if (longest > 0 && longest < tile) tile = std::max(8, round_up(longest, 8));
     why << "tile " << tile << " tokens";
   }
   const int wanted = tile;
-  while (tiled_smem(problem.head_size, es, problem.layout, rows.mmax, tile).total > limit &&
+  // Batch-invariant: the tile must fit the largest row count of this head size (a prefill
+  // batch's), so that a decode row gets the same tile alone or next to prefill chunks.
+  const int fit_rows = options.batch_invariant ? tiled_max_rows(rows.kp) : rows.mmax;
+  while (tiled_smem(problem.head_size, es, problem.layout, fit_rows, tile).total > limit &&
          tile > 1)
     tile = std::max(1, tile / 2);
   if (tile != wanted)
@@ -168,7 +207,46 @@ Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& 
   const auto& b = problem.batch;
   if (options.num_splits > 0) {
     splits = std::min(options.num_splits, kMaxSplits);
-    why << "; " << splits << " KV split(s) (forced by options)";
+    why << "; " << splits << " KV split(s) (forced by options"
+        << (options.batch_invariant ? "; batch-invariant: ceil(seq_len / splits) per sequence"
+                                    : "")
+        << ")";
+  } else if (options.batch_invariant) {
+    const std::int64_t want =
+        (std::int64_t{b.max_seq_len} + kInvariantSplitTokens - 1) / kInvariantSplitTokens;
+    std::int64_t s = std::clamp<std::int64_t>(want, 1, kInvariantMaxSplits);
+    const std::int64_t planned = s;
+    while (s > 1 && tiled_workspace(b.num_seqs, b.num_tokens, problem.num_heads,
+                                    problem.head_size, static_cast<int>(s))
+                            .total > static_cast<std::size_t>(kMaxAutoSplitWorkspace))
+      --s;
+    splits = static_cast<int>(s);
+    why << "; batch-invariant split cut: " << kInvariantSplitTokens
+        << "-token splits (doubled until at most " << splits
+        << " cover a sequence), fixed by each sequence's own length; " << splits
+        << " split(s) in the grid";
+    if (s < planned)
+      why << " (reduced from " << planned << " to keep the workspace under "
+          << (kMaxAutoSplitWorkspace >> 20) << " MiB: sequences longer than " << splits << " x "
+          << kInvariantSplitTokens << " tokens are then cut as in any batch of this size)";
+  } else if (const int skew = tiled_skew_split_tokens(problem, info, options, rows.head_groups, tile);
+             skew > 0) {
+    // A skewed decode batch: fixed-size splits of a balanced CTA's share, so that the long
+    // sequences get many and the short ones one (the uniform count below would give every
+    // sequence the same number, none when the CTAs already fill the device).
+    std::int64_t s = std::min<std::int64_t>((b.max_seq_len + skew - 1) / skew, kMaxSplits);
+    while (s > 1 && tiled_workspace(b.num_seqs, b.num_tokens, problem.num_heads,
+                                    problem.head_size, static_cast<int>(s))
+                            .total > static_cast<std::size_t>(kMaxAutoSplitWorkspace))
+      --s;
+    splits = static_cast<int>(std::max<std::int64_t>(1, s));
+    if (splits > 1)
+      why << "; skewed batch (longest sequence " << b.max_seq_len << " tokens, a balanced CTA's "
+          << "share " << skew << "): splits of " << skew << " tokens (doubled where " << splits
+          << " do not cover a sequence), up to " << splits
+          << " per sequence, one for the short ones, merged by log-sum-exp";
+    else
+      why << "; no KV split";
   } else {
     const std::int64_t single = b.num_decode_seqs + b.num_prefill_seqs;
     const std::int64_t extra = std::max<std::int64_t>(0, b.num_tokens - single) / rows.q_tokens;

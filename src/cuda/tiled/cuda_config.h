@@ -21,6 +21,11 @@ inline constexpr int kMaxTileTokens = 64;
 inline constexpr int kMaxSplits = 128;
 /// Largest workspace the automatic split choice may ask for (bytes).
 inline constexpr std::int64_t kMaxAutoSplitWorkspace = std::int64_t{256} << 20;
+/// Batch-invariant mode (PlanOptions::batch_invariant): a sequence's keys are cut into splits
+/// of kInvariantSplitTokens tokens, doubled until at most kInvariantMaxSplits cover it
+/// (tiled_split_chunk in cache_index.h): a cut fixed by the sequence's own length.
+inline constexpr int kInvariantSplitTokens = 2048;
+inline constexpr int kInvariantMaxSplits = 16;
 
 /// Shared-memory carve-up of one CTA (bytes; every offset a multiple of 16).
 struct TiledSmem {
@@ -42,8 +47,33 @@ struct TiledConfig {
   int tile_tokens = 64;     // KV tokens per tile (1..64), independent of block_size
   int tile_rows = 64;       // tile_tokens rounded up to a multiple of 4
   int num_splits = 1;
+  /// > 0: fixed-token split cut (AttnParams::split_tokens); 0: ceil(seq_len / num_splits).
+  int split_tokens = 0;
+  /// Tiles on the absolute tile grid (AttnParams::tile_grid): batch-invariant mode.
+  bool tile_grid = false;
   TiledSmem smem;
 };
+
+/// Split size in tokens for a skewed all-decode batch whose CTAs would fill the device but
+/// whose longest sequence is more than twice a balanced CTA's share of the work: that share
+/// (total KV tokens x KV heads x head groups / (2 x SMs), rounded up to a tile, at least four
+/// tiles), so that long sequences get many splits and short ones one, wherever they sit in
+/// the batch. 0 when the batch is not skewed that way (or has prefill rows, or splits or
+/// tiles are forced): the uniform split count applies.
+int tiled_skew_split_tokens(const ProblemDesc& problem, const DeviceInfo& device_info,
+                            const PlanOptions& options, int head_groups, int tile_tokens);
+
+/// The split cut of the tiled kernel (TiledConfig::split_tokens / tile_grid), the one
+/// tiled_choose reported: batch-invariant mode without forced splits cuts at
+/// kInvariantSplitTokens; a skewed decode batch at tiled_skew_split_tokens; otherwise
+/// ceil(seq_len / num_splits) (a forced split count included, which depends on the sequence
+/// alone too).
+void apply_split_cut(const ProblemDesc& problem, const DeviceInfo& device_info,
+                     const PlanOptions& options, TiledConfig* config);
+
+/// The most rows (query token x head) a CTA holds for `kp` head-dim pairs per lane: 64 for
+/// head <= 128, 32 for <= 256, 16 for <= 512 (decode-only batches with GQA <= 16 hold 16).
+int tiled_max_rows(int kp);
 
 /// rows/heads/tokens per CTA for a problem (independent of the tile size).
 void choose_rows(const ProblemDesc& problem, TiledConfig* config);
@@ -91,6 +121,10 @@ Result<TiledConfig> make_tiled_config(const ProblemDesc& problem, int tile_token
 /// The selection rule for CUDA devices (select_kernel calls it through cuda::choose_config):
 /// tile size from the device's opt-in shared-memory limit (halved from 64 until it fits),
 /// KV splits when the batch has too few CTAs to fill the SMs, overrides from `options`.
+/// With options.batch_invariant: a tile that does not depend on the batch's lengths (sized
+/// for the largest row count), and kInvariantSplitTokens splits (at most
+/// kInvariantMaxSplits per sequence, fewer while the workspace would exceed
+/// kMaxAutoSplitWorkspace) instead of a count from the device's size.
 Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& device_info,
                                   const PlanOptions& options);
 

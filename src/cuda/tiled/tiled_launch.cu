@@ -142,6 +142,12 @@ Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const Tile
   p.head_size = g.head_size;
   p.score_scale = args.params.scale * (fp8 ? cache.k_scale : 1.0f);
   p.v_scale = fp8 ? cache.v_scale : 1.0f;
+  fill_cache_scales(p, cache);  // validated: only fp8 caches have them
+  if (p.k_scales != nullptr) {
+    // The device scales replace the scalars (the kernel multiplies them in).
+    p.score_scale = args.params.scale;
+    p.v_scale = 1.0f;
+  }
   p.heads_per_cta = cfg.heads_per_cta;
   p.head_groups = cfg.head_groups;
   p.q_tokens = cfg.q_tokens;
@@ -149,6 +155,8 @@ Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const Tile
   p.tile_tokens = cfg.tile_tokens;
   p.tile_rows = cfg.tile_rows;
   p.num_splits = cfg.num_splits;
+  p.split_tokens = cfg.split_tokens;
+  p.tile_grid = cfg.tile_grid ? 1 : 0;
   p.smem = cfg.smem;
   unsigned char* ws = static_cast<unsigned char*>(workspace);
   p.tile_start = reinterpret_cast<std::int32_t*>(ws + wsl.off_tile_start);

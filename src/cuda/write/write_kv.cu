@@ -8,7 +8,8 @@
 //    split fast path only for dense block-contiguous caches, strided addressing otherwise
 //    (padded pages of hybrid models, permuted strides);
 //  - same-dtype caches store the input's bits; fp8 caches store fp8(x / scale) through
-//    numeric.h, bitwise equal to the CPU writer. All offsets are int64.
+//    numeric.h, bitwise equal to the CPU writer, with the scale of the token's KV head read on
+//    the device when the cache has scale tensors (KVCache::k_scales). All offsets are int64.
 #include "src/cuda/backend/cuda_backend.h"
 #include "src/cuda/common/cache_index.h"
 #include "src/cuda/common/cuda_common.cuh"
@@ -38,6 +39,10 @@ struct WriteParams {
   int num_kv_heads;
   int head_size;
   float k_scale, v_scale;
+  // KVCache::k_scales / v_scales (fill_cache_scales): null = the scalars above.
+  const float* k_scales;
+  const float* v_scales;
+  int scales_stride;
   std::int64_t num_tokens;
 };
 
@@ -88,10 +93,13 @@ __global__ void __launch_bounds__(kWriteThreads) write_kv_strided_kernel(const W
       const int d = i - h * p.head_size;
       const S kv = key[tok * p.k0 + h * p.k1 + d];
       const S vv = value[tok * p.v0 + h * p.v1 + d];
+      // Read at run time (never on the host), so a replayed graph sees changed values.
+      const float ksc = cache_scale(p.k_scales, p.scales_stride, h, p.k_scale);
+      const float vsc = cache_scale(p.v_scales, p.scales_stride, h, p.v_scale);
       kc[key_offset(p.layout, p.x, p.ks, pos.block, pos.offset, h, d)] =
-          Store<S, KV>::convert(kv, p.k_scale);
+          Store<S, KV>::convert(kv, ksc);
       vc[value_offset(p.layout, p.vs, pos.block, pos.offset, h, d)] =
-          Store<S, KV>::convert(vv, p.v_scale);
+          Store<S, KV>::convert(vv, vsc);
     }
   }
 }
@@ -122,8 +130,10 @@ __global__ void __launch_bounds__(kWriteThreads) write_kv_split_native_kernel(co
       } kchunk;
       const S* ksrc = key + tok * p.k0 + h * p.k1 + d0;
       const S* vsrc = value + tok * p.v0 + h * p.v1 + d0;
+      const float ksc = cache_scale(p.k_scales, p.scales_stride, h, p.k_scale);
+      const float vsc = cache_scale(p.v_scales, p.scales_stride, h, p.v_scale);
 #pragma unroll
-      for (int e = 0; e < kX; ++e) kchunk.e[e] = Store<S, KV>::convert(ksrc[e], p.k_scale);
+      for (int e = 0; e < kX; ++e) kchunk.e[e] = Store<S, KV>::convert(ksrc[e], ksc);
       // key [b, h, d/x, t, x]: the chunk is x contiguous elements at (b, h, c, offset).
       *reinterpret_cast<uint4*>(kc + key_offset(kLayoutSplit, kX, p.ks, pos.block, pos.offset, h, d0)) =
           kchunk.v;
@@ -131,7 +141,7 @@ __global__ void __launch_bounds__(kWriteThreads) write_kv_split_native_kernel(co
       const std::int64_t vbase = value_offset(kLayoutSplit, p.vs, pos.block, pos.offset, h, d0);
 #pragma unroll
       for (int e = 0; e < kX; ++e)
-        vc[vbase + e * p.vs.s[2]] = Store<S, KV>::convert(vsrc[e], p.v_scale);
+        vc[vbase + e * p.vs.s[2]] = Store<S, KV>::convert(vsrc[e], vsc);
     }
   }
 }
@@ -184,6 +194,7 @@ Status write_kv(const TensorView& key, const TensorView& value, const TensorView
   p.head_size = geometry.head_size;
   p.k_scale = is_fp8(geometry.dtype) ? cache.k_scale : 1.0f;
   p.v_scale = is_fp8(geometry.dtype) ? cache.v_scale : 1.0f;
+  fill_cache_scales(p, cache);  // validated: only fp8 caches have them
   p.num_tokens = num_tokens;
 
   // The same decision the attention reader takes (select_writer / decide_cache_access).
