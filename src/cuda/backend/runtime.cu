@@ -151,6 +151,14 @@ Status device_synchronize(int device) {
   return Status::Ok();
 }
 
+Status device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes, int device) {
+  PAGEDATTN_RETURN_IF_ERROR(no_device("device_memory_info"));
+  DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "device_memory_info: cudaSetDevice");
+  PA_CUDA_RETURN(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+  return Status::Ok();
+}
+
 // ------------------------------------------------------------------ merge of two states
 
 namespace {
