@@ -370,12 +370,16 @@ void print_report(const serving::ReplayReport& r) {
       contiguous_fit);
   if (r.prefix_sharing) {
     s += fmt::format(
-        "  prefix cache  {} of {} hash_ids prefix tokens taken from the table: {} saved "
-        "({} tokens not computed), {}; at most {} shared at a sample; a block leaves the "
-        "table when its last user finishes\n",
-        r.prefix_hit_tokens, r.prefix_tokens, count(r.prefix_hit_blocks, "block allocation"),
-        r.prefix_hit_blocks * r.model.block_size, count(r.prefix_copies, "copy-on-write"),
-        count(r.peak_shared_blocks, "block"));
+        "  prefix cache  {} saved ({}) and {} not computed, of {} prompt tokens in "
+        "hash_ids prefixes; {} on write of a partial last block{}; a block leaves the table "
+        "when its last user finishes\n",
+        count(r.prefix_hit_blocks, "block allocation"),
+        count(r.prefix_hit_blocks * r.model.block_size, "token"),
+        count(r.prefix_hit_tokens, "prompt token"), r.prefix_tokens,
+        r.prefix_copies == 1 ? std::string("1 copy") : fmt::format("{} copies", r.prefix_copies),
+        r.samples.empty() ? std::string()
+                          : fmt::format("; at most {} shared at a sample",
+                                        count(r.peak_shared_blocks, "block")));
   }
   if (!r.samples.empty()) {
     auto gib = [](std::int64_t b) { return static_cast<double>(b) / 1073741824.0; };

@@ -404,17 +404,11 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
                           fmt::format("field \"hash_ids\" = {}: expected an array of integers",
                                       quoted(std::string_view(it->dump()))));
       }
-      // More ids than blocks of the prompt would name blocks that hold no token.
-      const std::int64_t max_ids =
-          (rec.prompt_tokens + kMooncakeHashBlockTokens - 1) / kMooncakeHashBlockTokens;
-      if (static_cast<std::int64_t>(it->size()) > max_ids) {
-        return line_error(source, line_no,
-                          fmt::format("field \"hash_ids\" has {} entries: input_length {} "
-                                      "covers at most {} blocks of {} tokens",
-                                      it->size(), rec.prompt_tokens, max_ids,
-                                      kMooncakeHashBlockTokens));
-      }
-      rec.hash_ids.reserve(it->size());
+      // Ids past the prompt's last block name blocks that hold no token: ignored (kept out of
+      // the record), as the replay could not use them.
+      const auto max_ids = static_cast<std::size_t>(
+          (rec.prompt_tokens + kMooncakeHashBlockTokens - 1) / kMooncakeHashBlockTokens);
+      rec.hash_ids.reserve(std::min(it->size(), max_ids));
       for (std::size_t k = 0; k < it->size(); ++k) {
         const nlohmann::json& id = (*it)[k];
         if (!id.is_number_integer() || (id.is_number_unsigned() &&
@@ -425,7 +419,7 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
                             fmt::format("hash_ids[{}] = {}: expected an integer in [0, 2^63)", k,
                                         quoted(std::string_view(id.dump()))));
         }
-        rec.hash_ids.push_back(id.get<std::int64_t>());
+        if (k < max_ids) rec.hash_ids.push_back(id.get<std::int64_t>());
       }
     }
     prev_ms = values[0];
