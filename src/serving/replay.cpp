@@ -1129,9 +1129,11 @@ Result<ReplayReport> Replay::run() {
   const bool sampling = config_.sample_interval_s > 0;
   if (sampling) take_sample();
   while (!scheduler_->done()) {
-    // A soak keeps the queue fed, cycling through the trace, until its time is up.
+    // A soak keeps the queue fed, cycling through the trace, until its time is up. A short
+    // queue is enough (admission takes what the budget and the pool allow each step) and
+    // keeps what must still drain after the time is up small.
     if (config_.duration_s > 0 && seconds_since(t0_) < config_.duration_s) {
-      while (scheduler_->num_waiting() < std::max<std::int64_t>(64, config_.max_seqs)) {
+      while (scheduler_->num_waiting() < 16) {
         Result<RequestSpec> spec = make_spec(next_request_);
         if (!spec.ok()) return spec.status();
         PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));

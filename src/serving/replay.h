@@ -116,6 +116,10 @@ class BlockAllocator {
 
 /// Lengths of one request as replayed (after clipping). Both >= 1.
 struct RequestSpec {
+  RequestSpec() = default;
+  /// Lengths only (no prefix): what `{prompt, output}` means.
+  RequestSpec(std::int64_t prompt, std::int64_t output)
+      : prompt_tokens(prompt), output_tokens(output) {}
   std::int64_t prompt_tokens = 1;
   /// Tokens generated. The prefill produces the first; each of the other output_tokens - 1
   /// needs a decode step, whose query is the previously generated token. The last generated
