@@ -198,6 +198,7 @@ Json json_report(const serving::ReplayReport& r) {
                {"write_kv_s", r.write_kv_s},
                {"plan_s", r.plan_s},
                {"verify_s", r.verify_s},
+               {"poison_s", r.poison_s},
                {"wall_s", r.wall_s},
                {"attention_flops", r.attention_flops},
                {"keys_attended", r.keys_attended},
@@ -346,9 +347,9 @@ void print_report(const serving::ReplayReport& r) {
       "{:.1f} GFLOP/s ({:.1f} GFLOP)\n",
       r.attention_s, safe_div(query_tokens, r.attention_s),
       safe_div(r.attention_flops * 1e-9, r.attention_s), r.attention_flops * 1e-9);
-  s += fmt::format("  other time    write_kv {:.3f} s, plan {:.3f} s, verification {:.3f} s; "
-                   "wall {:.3f} s\n",
-                   r.write_kv_s, r.plan_s, r.verify_s, r.wall_s);
+  s += fmt::format("  other time    write_kv {:.3f} s, plan {:.3f} s, verification {:.3f} s, "
+                   "poisoning freed blocks {:.3f} s; wall {:.3f} s\n",
+                   r.write_kv_s, r.plan_s, r.verify_s, r.poison_s, r.wall_s);
   s += fmt::format(
       "  KV memory     peak {} of {} in use ({} holding at most {})\n",
       r.peak_blocks_used, count(r.num_blocks, "block"),

@@ -1171,8 +1171,10 @@ Result<ReplayReport> Replay::run() {
 
     Result<StepOutcome> outcome = scheduler_->complete(batch);
     if (!outcome.ok()) return outcome.status();
+    const auto t_poison = std::chrono::steady_clock::now();
     PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "poisoning freed blocks",
                                       poison_blocks(outcome->freed_blocks)));
+    r.poison_s += seconds_since(t_poison);
     ++r.steps;
     tokens_done += batch.num_tokens;
     if (progress_) {

@@ -521,6 +521,7 @@ struct ReplayReport {
   double write_kv_s = 0;
   double plan_s = 0;
   double verify_s = 0;      // oracle + cache check
+  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: two copies per block)
   double wall_s = 0;        // whole run_replay
   /// 4 * sum over query rows of (keys attended) * num_heads * head_size: the multiply-adds of
   /// QK^T and PV, counted as 2 flops each.
