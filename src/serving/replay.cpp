@@ -179,7 +179,7 @@ class Replay {
   // The cache: host_cache_ views host memory (the cache itself on the CPU, a mirror refreshed
   // block by block on CUDA); cache_ views the memory attention reads.
   std::vector<unsigned char> host_k_, host_v_;
-  DeviceMemory dev_k_, dev_v_;
+  DeviceMemory dev_k_, dev_v_, dev_poison_;
   KVCache cache_;
   KVCache host_cache_;
   std::vector<unsigned char> nan_;  // one NaN element of the cache dtype
@@ -432,6 +432,10 @@ Status Replay::setup() {
     PAGEDATTN_RETURN_IF_ERROR(dev_v_.reserve(cache_bytes));
     PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_k_.get(), host_k_.data(), cache_bytes));
     PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_v_.get(), host_v_.data(), cache_bytes));
+    // One poisoned page (K and V pages have the same stride) for refilling freed blocks.
+    const std::size_t page = static_cast<std::size_t>(host_cache_.key.stride(0)) * es;
+    PAGEDATTN_RETURN_IF_ERROR(dev_poison_.reserve(page));
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_poison_.get(), host_k_.data(), page));
     Result<KVCache> dev_cache =
         make_kv_cache(spec, dev_k_.get(), dev_v_.get(), device, k_scale, v_scale);
     if (!dev_cache.ok()) return dev_cache.status();
@@ -543,8 +547,9 @@ Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
       unsigned char* dst = host + static_cast<std::size_t>(b) * page;
       fill_pattern(dst, page, nan_);
       if (on_cuda_) {
-        PAGEDATTN_RETURN_IF_ERROR(
-            cuda::copy_to_device(dev + static_cast<std::size_t>(b) * page, dst, page));
+        // From a poisoned device page: no host transfer, and the copy does not wait.
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(
+            dev + static_cast<std::size_t>(b) * page, dev_poison_.get(), page));
       }
     }
   }
@@ -591,7 +596,8 @@ Status Replay::copy_on_write(const BlockCopy& copy) {
 
 std::int64_t Replay::replay_device_bytes() const {
   if (!on_cuda_) return 0;
-  std::size_t n = dev_k_.capacity() + dev_v_.capacity() + dev_workspace_.capacity();
+  std::size_t n = dev_k_.capacity() + dev_v_.capacity() + dev_workspace_.capacity() +
+                  dev_poison_.capacity();
   for (const StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
                               &seq_lens_, &qsl_}) {
     n += b->device.capacity();
