@@ -801,37 +801,53 @@ Status Replay::verify_rows(const StepBatch& batch) {
     sl_ref[p] = static_cast<std::int32_t>(seq.context_len + (row - qsl[s]) + 1);
     qsl_ref[p + 1] = static_cast<std::int32_t>(p + 1);
   }
-  // The oracle is naive and single-threaded by design; the sampled rows are independent, so
-  // they are split over the CPU threads, one reference_attention call per group of rows.
-  const std::int64_t workers = std::min<std::int64_t>(n, std::max(1, report_.threads));
-  std::vector<Status> statuses(static_cast<std::size_t>(workers));
-  auto oracle = [&](std::int64_t w) {
-    const std::int64_t begin = n * w / workers;
-    const std::int64_t rows = n * (w + 1) / workers - begin;
+  // The oracle is naive and single-threaded by design; the sampled rows and the KV heads are
+  // independent, so (row group, KV-head group) tasks go to the CPU threads: a handful of
+  // long-context rows (a soak's 126k-token contexts) still keep every thread busy. Each head's
+  // result does not depend on which other heads share the call.
+  const std::int64_t threads = std::max(1, report_.threads);
+  const std::int64_t KVH = num_kv_heads_, G = H / KVH;
+  const std::int64_t row_groups = std::min<std::int64_t>(n, threads);
+  std::int64_t head_groups = 1;
+  while (KVH % (head_groups * 2) == 0 && row_groups * head_groups * 2 <= threads) {
+    head_groups *= 2;
+  }
+  const std::int64_t tasks = row_groups * head_groups;
+  std::vector<Status> statuses(static_cast<std::size_t>(tasks));
+  auto oracle = [&](std::int64_t task) {
+    const std::int64_t w = task / head_groups;
+    const std::int64_t begin = n * w / row_groups;
+    const std::int64_t rows = n * (w + 1) / row_groups - begin;
+    const std::int64_t kv0 = KVH * (task % head_groups) / head_groups;
+    const std::int64_t kvn = KVH / head_groups;
+    const std::int64_t h0 = kv0 * G, hn = kvn * G;
     AttentionArgs ref;
-    ref.query = TensorView::contiguous(q_ref.data() + static_cast<std::size_t>(begin * H * D) * esq,
-                                       dtype_, {rows, H, D});
+    ref.query = TensorView::strided(
+        q_ref.data() + static_cast<std::size_t>((begin * H + h0) * D) * esq, dtype_,
+        {rows, hn, D}, {H * D, D, 1});
     ref.cache = host_cache_;
+    // The heads [kv0, kv0 + kvn) of the cache: same pages, the head dimension narrowed.
+    const int head_dim = host_cache_.layout == KVLayout::kNHD ? 2 : 1;
+    for (TensorView* t : {&ref.cache.key, &ref.cache.value}) {
+      t->data = static_cast<unsigned char*>(t->data) +
+                kv0 * t->strides[head_dim] * static_cast<std::int64_t>(dtype_size(t->dtype));
+      t->shape[head_dim] = kvn;
+    }
     ref.block_table =
         TensorView::contiguous(bt_ref.data() + begin * W, DType::kInt32, {rows, W});
     ref.seq_lens = TensorView::contiguous(sl_ref.data() + begin, DType::kInt32, {rows});
     // Every sub-batch row has query_len 1, so qsl_ref[0 .. rows] = 0 .. rows serves any group.
     ref.query_start_loc = TensorView::contiguous(qsl_ref.data(), DType::kInt32, {rows + 1});
-    ref.out = TensorView::contiguous(out_ref.data() + begin * H * D, DType::kFloat32, {rows, H, D});
-    ref.lse = TensorView::contiguous(lse_ref.data() + begin * H, DType::kFloat32, {rows, H});
+    ref.out = TensorView::strided(out_ref.data() + (begin * H + h0) * D, DType::kFloat32,
+                                  {rows, hn, D}, {H * D, D, 1});
+    ref.lse = TensorView::strided(lse_ref.data() + begin * H + h0, DType::kFloat32, {rows, hn},
+                                  {H, 1});
     ref.params.scale = scale_;
-    statuses[static_cast<std::size_t>(w)] = reference_attention(ref);
+    statuses[static_cast<std::size_t>(task)] = reference_attention(ref);
   };
-  std::vector<std::thread> pool;
-  for (std::int64_t w = 1; w < workers; ++w) {
-    try {
-      pool.emplace_back(oracle, w);
-    } catch (const std::system_error&) {
-      oracle(w);  // no thread to spare: do it here
-    }
-  }
-  oracle(0);
-  for (std::thread& t : pool) t.join();
+  parallel_for(tasks, tasks, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t task = b; task < e; ++task) oracle(task);
+  });
   for (const Status& st : statuses) {
     PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "reference_attention", st));
   }
