@@ -382,6 +382,28 @@ TEST(PrefixReplay, AttentionOverSharedBlocksEqualsPrivateCopies) {
             0);
 }
 
+// The oracle splits the sampled rows and the KV heads over the threads (a soak's few
+// long-context rows): the split must not change a bit of the reference results.
+TEST(PrefixReplay, OracleSplitOverHeadsChangesNothing) {
+  for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
+    SCOPED_TRACE(to_string(layout));
+    ReplayConfig c = prefix_config();
+    c.layout = layout;
+    c.max_prompt = 200;
+    c.max_output = 3;
+    c.verify_rows = 1;
+    c.threads = 1;
+    const ReplayReport one = run_replay(c).value();
+    c.threads = 8;  // 1-2 rows a step: 4-8 KV-head groups
+    const ReplayReport many = run_replay(c).value();
+    expect_clean(one);
+    expect_clean(many);
+    EXPECT_EQ(one.rows_checked, many.rows_checked);
+    EXPECT_EQ(one.max_abs_error, many.max_abs_error);
+    EXPECT_EQ(one.worst_ratio, many.worst_ratio);
+  }
+}
+
 // ------------------------------------------------------------------------------ soak
 
 TEST(Soak, PeriodicFaultsAreAllDetectedAndDoNotFailTheRun) {
