@@ -180,6 +180,8 @@ class Replay {
   // block by block on CUDA); cache_ views the memory attention reads.
   std::vector<unsigned char> host_k_, host_v_;
   DeviceMemory dev_k_, dev_v_, dev_poison_;
+  DeviceMemory dev_staging_;                 // mirror_blocks' gathered pages
+  std::vector<unsigned char> host_staging_;
   KVCache cache_;
   KVCache host_cache_;
   std::vector<unsigned char> nan_;  // one NaN element of the cache dtype
@@ -509,20 +511,42 @@ Status Replay::mirror_blocks(const std::vector<std::int32_t>& blocks, std::int64
   if (!on_cuda_) return Status::Ok();
   const std::size_t es = dtype_size(cache_dtype_);
   const std::int64_t used = (num_tokens + block_size_ - 1) / block_size_;
+  // Blocks are written only by write_kv (which marks them stale) once the mirror has them: a
+  // full block is copied once, not at every check that reads it.
+  std::vector<std::int64_t> stale;
   for (std::int64_t j = 0; j < used; ++j) {
     const std::int64_t b = blocks[j];
-    // Blocks are written only by write_kv (which marks them stale) once the mirror has them:
-    // a full block is copied once, not at every check that reads it.
     if (!host_stale_[static_cast<std::size_t>(b)]) continue;
     host_stale_[static_cast<std::size_t>(b)] = 0;
-    // A whole page (padding included): the stride is what separates blocks.
-    for (const auto& [host, dev, view] :
-         {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
-          std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
-                          &cache_.value)}) {
-      const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+    stale.push_back(b);
+  }
+  if (stale.empty()) return Status::Ok();
+  // Whole pages (padding included: the stride is what separates blocks), gathered on the device
+  // by copies that do not wait into one staging buffer, then brought over in one transfer (a
+  // 126k-token request has 8k scattered blocks).
+  const auto count = static_cast<std::int64_t>(stale.size());
+  for (const auto& [host, dev, view] :
+       {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
+        std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
+                        &cache_.value)}) {
+    const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+    if (count < 4) {
+      for (const std::int64_t b : stale) {
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(host + b * page, dev + b * page, page));
+      }
+      continue;
+    }
+    PAGEDATTN_RETURN_IF_ERROR(dev_staging_.reserve(static_cast<std::size_t>(count) * page));
+    auto* staging = static_cast<unsigned char*>(dev_staging_.get());
+    for (std::int64_t i = 0; i < count; ++i) {
       PAGEDATTN_RETURN_IF_ERROR(
-          cuda::copy_to_host(host + b * page, dev + b * page, page));
+          cuda::copy_device_to_device(staging + i * page, dev + stale[i] * page, page));
+    }
+    host_staging_.resize(static_cast<std::size_t>(count) * page);
+    PAGEDATTN_RETURN_IF_ERROR(
+        cuda::copy_to_host(host_staging_.data(), staging, static_cast<std::size_t>(count) * page));
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::memcpy(host + stale[i] * page, host_staging_.data() + i * page, page);
     }
   }
   return Status::Ok();
@@ -597,7 +621,7 @@ Status Replay::copy_on_write(const BlockCopy& copy) {
 std::int64_t Replay::replay_device_bytes() const {
   if (!on_cuda_) return 0;
   std::size_t n = dev_k_.capacity() + dev_v_.capacity() + dev_workspace_.capacity() +
-                  dev_poison_.capacity();
+                  dev_poison_.capacity() + dev_staging_.capacity();
   for (const StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
                               &seq_lens_, &qsl_}) {
     n += b->device.capacity();
