@@ -233,6 +233,8 @@ Json json_report(const serving::ReplayReport& r) {
                        {"rows_failed", r.rows_failed},
                        {"requests_cache_checked", r.requests_cache_checked},
                        {"requests_cache_failed", r.requests_cache_failed},
+                       {"rows_fault_detected", r.rows_fault_detected},
+                       {"requests_fault_detected", r.requests_fault_detected},
                        {"first_failure", r.first_failure},
                        {"result", !r.verified ? "SKIPPED" : r.pass ? "PASS" : "FAIL"}};
   j["prefix_sharing"] = {{"enabled", r.prefix_sharing},
@@ -251,6 +253,7 @@ Json json_report(const serving::ReplayReport& r) {
                        {"tokens", s.tokens},
                        {"checks_passed", s.checks_passed},
                        {"checks_failed", s.checks_failed},
+                       {"checks_detected_fault", s.checks_detected_fault},
                        {"blocks_used", s.blocks_used},
                        {"peak_blocks_used", s.peak_blocks_used},
                        {"shared_blocks", s.shared_blocks},
@@ -448,12 +451,14 @@ int run_run(const RunFlags& flags) {
           std::fprintf(
               stderr,
               "[soak %.0f s] %lld requests done (%lld running, %lld waiting), %lld steps, "
-              "%lld tokens; checks %lld passed / %lld failed; faults %lld/%lld detected; "
+              "%lld tokens; checks %lld passed / %lld failed (+ %lld that caught an injected "
+              "fault); faults %lld/%lld detected; "
               "blocks %lld in use, peak %lld, %lld shared; device %s\n",
               s.elapsed_s, static_cast<long long>(s.requests_finished),
               static_cast<long long>(p.running), static_cast<long long>(p.waiting),
               static_cast<long long>(s.steps), static_cast<long long>(s.tokens),
               static_cast<long long>(s.checks_passed), static_cast<long long>(s.checks_failed),
+              static_cast<long long>(s.checks_detected_fault),
               static_cast<long long>(r.faults_detected),
               static_cast<long long>(r.faults_injected),
               static_cast<long long>(s.blocks_used), static_cast<long long>(s.peak_blocks_used),

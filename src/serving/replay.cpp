@@ -71,6 +71,17 @@ std::uint64_t kv_row_key(std::uint64_t seed, Stream stream, const RequestSpec& s
   return mix64(h ^ static_cast<std::uint64_t>(pos));
 }
 
+// fill_pattern over gigabytes (a soak's pool): the pattern once, then doubling copies.
+void fill_fast(unsigned char* dst, std::size_t bytes, const std::vector<std::uint8_t>& element) {
+  const std::size_t seed = std::min<std::size_t>(bytes, 4096 * element.size());
+  fill_pattern(dst, seed, element);
+  for (std::size_t done = seed; done < bytes;) {
+    const std::size_t n = std::min(done, bytes - done);
+    std::memcpy(dst + done, dst, n);
+    done += n;
+  }
+}
+
 // Run fn(begin, end) over [0, n) split into `workers` contiguous parts, on threads.
 template <class Fn>
 void parallel_for(std::int64_t n, std::int64_t workers, const Fn& fn) {
@@ -423,8 +434,8 @@ Status Replay::setup() {
   nan_ = poison_element(cache_dtype_);
   host_k_.resize(cache_bytes);
   host_v_.resize(cache_bytes);
-  fill_pattern(host_k_.data(), cache_bytes, nan_);
-  fill_pattern(host_v_.data(), cache_bytes, nan_);
+  fill_fast(host_k_.data(), cache_bytes, nan_);
+  fill_fast(host_v_.data(), cache_bytes, nan_);
   Result<KVCache> host_cache =
       make_kv_cache(spec, host_k_.data(), host_v_.data(), Device::cpu(), k_scale, v_scale);
   if (!host_cache.ok()) return host_cache.status();
@@ -432,8 +443,18 @@ Status Replay::setup() {
   if (on_cuda_) {
     PAGEDATTN_RETURN_IF_ERROR(dev_k_.reserve(cache_bytes));
     PAGEDATTN_RETURN_IF_ERROR(dev_v_.reserve(cache_bytes));
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_k_.get(), host_k_.data(), cache_bytes));
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_v_.get(), host_v_.data(), cache_bytes));
+    // The poison goes up once (1 MiB at most) and is doubled on the device: a soak's pool of
+    // gigabytes is not sent over PCIe.
+    for (DeviceMemory* dev : {&dev_k_, &dev_v_}) {
+      auto* d = static_cast<unsigned char*>(dev->get());
+      const std::size_t seed = std::min<std::size_t>(cache_bytes, std::size_t{1} << 20);
+      PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(d, host_k_.data(), seed));
+      for (std::size_t done = seed; done < cache_bytes;) {
+        const std::size_t n = std::min(done, cache_bytes - done);
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(d + done, d, n));
+        done += n;
+      }
+    }
     // One poisoned page (K and V pages have the same stride) for refilling freed blocks.
     const std::size_t page = static_cast<std::size_t>(host_cache_.key.stride(0)) * es;
     PAGEDATTN_RETURN_IF_ERROR(dev_poison_.reserve(page));
@@ -569,7 +590,7 @@ Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
                           &cache_.value)}) {
       const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
       unsigned char* dst = host + static_cast<std::size_t>(b) * page;
-      fill_pattern(dst, page, nan_);
+      fill_fast(dst, page, nan_);
       if (on_cuda_) {
         // From a poisoned device page: no host transfer, and the copy does not wait.
         PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(
@@ -744,7 +765,9 @@ Status Replay::check_request_cache(const ScheduledSeq& seq, std::int64_t step) {
     report_.unexpected_failures += mismatches;
   }
   ++report_.requests_cache_checked;
-  report_.requests_cache_failed += mismatches > 0 || injected;
+  // A check that found only an injected fault detected it: not a failed check.
+  report_.requests_cache_failed += mismatches > 0;
+  report_.requests_fault_detected += mismatches == 0 && injected;
   report_.cache_tokens_checked += tokens;
   return Status::Ok();
 }
@@ -928,6 +951,7 @@ Status Replay::verify_rows(const StepBatch& batch) {
     step_rows_failed += row_failed;
   }
   report_.rows_failed += step_rows_failed;
+  if (expected_failures) report_.rows_fault_detected += step_rows_failed;
   if (output_fault_now_ && step_rows_failed > 0) {
     fault_detected_[static_cast<std::size_t>(output_fault_index_)] = 1;
   }
@@ -1007,7 +1031,7 @@ Status Replay::run_step(const StepBatch& batch) {
     }
   });
   // Outputs start as NaN so that a row the kernel fails to write cannot pass.
-  fill_pattern(out_.host.data(), out_.host.size(), poison_element(dtype_));
+  fill_fast(out_.host.data(), out_.host.size(), poison_element(dtype_));
   std::fill(lse_.as<float>(), lse_.as<float>() + T * H, std::numeric_limits<float>::quiet_NaN());
   for (StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
                         &seq_lens_, &qsl_}) {
@@ -1145,8 +1169,9 @@ void Replay::take_sample() {
   s.steps = r.steps;
   s.tokens = tokens_done_;
   const std::int64_t checks = r.rows_checked + r.requests_cache_checked;
-  s.checks_failed = r.rows_failed + r.requests_cache_failed;
-  s.checks_passed = checks - s.checks_failed;
+  s.checks_detected_fault = r.rows_fault_detected + r.requests_fault_detected;
+  s.checks_failed = r.rows_failed - r.rows_fault_detected + r.requests_cache_failed;
+  s.checks_passed = checks - s.checks_failed - s.checks_detected_fault;
   s.blocks_used = allocator_->num_used();
   s.peak_blocks_used = allocator_->peak_used();
   s.shared_blocks = scheduler_->shared_blocks_now();

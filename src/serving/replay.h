@@ -459,7 +459,8 @@ struct SoakSample {
   std::int64_t steps = 0;
   std::int64_t tokens = 0;             // query tokens processed
   std::int64_t checks_passed = 0;      // rows and finished requests whose checks passed
-  std::int64_t checks_failed = 0;      // ... failed (injected faults included)
+  std::int64_t checks_failed = 0;      // ... failed for a reason other than an injection
+  std::int64_t checks_detected_fault = 0;  // ... failed only because of an injected fault
   std::int64_t blocks_used = 0;
   std::int64_t peak_blocks_used = 0;
   std::int64_t shared_blocks = 0;      // blocks held by more than one request
@@ -567,7 +568,11 @@ struct ReplayReport {
   /// Rows with at least one failing element; finished requests whose cache check ran / failed.
   std::int64_t rows_failed = 0;
   std::int64_t requests_cache_checked = 0;
-  std::int64_t requests_cache_failed = 0;
+  std::int64_t requests_cache_failed = 0;     // with a mismatch no injection explains
+  /// Checks that failed only because of an injected fault (fault_every > 0): rows of output-
+  /// fault steps, finished requests whose only mismatches were injected cache faults.
+  std::int64_t rows_fault_detected = 0;
+  std::int64_t requests_fault_detected = 0;
   // ---- prefix sharing
   bool prefix_sharing = false;
   /// Sum over requests of the prompt tokens whose content is named by the trace's hash_ids.

@@ -418,7 +418,9 @@ TEST(Soak, PeriodicFaultsAreAllDetectedAndDoNotFailTheRun) {
   EXPECT_EQ(r.faults_detected, r.faults_injected);
   EXPECT_EQ(r.unexpected_failures, 0);
   EXPECT_GT(r.elements_failed, 0);  // the output faults' failures were seen...
-  EXPECT_GT(r.requests_cache_failed, 0);  // ...and so were the cache faults'
+  EXPECT_GT(r.requests_fault_detected, 0);  // ...and so were the cache faults'
+  EXPECT_EQ(r.requests_cache_failed, 0);     // checks that caught a fault did not fail
+  EXPECT_EQ(r.rows_fault_detected, r.rows_failed);
 
   // Without verification nothing can be detected: the run fails.
   c.verify_rows = 0;
