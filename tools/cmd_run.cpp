@@ -45,6 +45,9 @@ struct RunFlags {
     seed = d.seed;
     threads = d.threads;
     inject_fault = serving::to_string(d.fault);
+    fault_every = d.fault_every;
+    prefix_sharing = serving::to_string(d.prefix_sharing);
+    duration = d.duration_s;
   }
   std::string device;
   std::string trace;
@@ -66,6 +69,12 @@ struct RunFlags {
   std::int32_t threads;
   std::string inject_fault;
   bool batch_invariant = false;
+  std::int64_t fault_every;
+  std::string prefix_sharing;
+  double duration;
+  /// Seconds between soak report lines; < 0 = auto (30 with --duration or --report).
+  double report_interval = -1;
+  std::string report_file;
   bool json = false;
   bool quiet = false;
 };
@@ -120,6 +129,14 @@ Result<serving::ReplayConfig> to_replay_config(const RunFlags& f) {
   Result<serving::FaultInjection> fault = serving::parse_fault_injection(f.inject_fault);
   if (!fault.ok()) return fault.status();
   c.fault = *fault;
+  c.fault_every = f.fault_every;
+  Result<serving::PrefixSharing> sharing = serving::parse_prefix_sharing(f.prefix_sharing);
+  if (!sharing.ok()) return sharing.status();
+  c.prefix_sharing = *sharing;
+  c.duration_s = f.duration;
+  c.sample_interval_s = f.report_interval >= 0 ? f.report_interval
+                        : (f.duration > 0 || !f.report_file.empty()) ? 30.0
+                                                                     : 0.0;
   return c;
 }
 
@@ -183,6 +200,7 @@ Json json_report(const serving::ReplayReport& r) {
                {"write_kv_s", r.write_kv_s},
                {"plan_s", r.plan_s},
                {"verify_s", r.verify_s},
+               {"poison_s", r.poison_s},
                {"wall_s", r.wall_s},
                {"attention_flops", r.attention_flops},
                {"keys_attended", r.keys_attended},
@@ -214,9 +232,61 @@ Json json_report(const serving::ReplayReport& r) {
                        {"rtol", r.rtol},
                        {"cache_tokens_checked", r.cache_tokens_checked},
                        {"cache_mismatches", r.cache_mismatches},
+                       {"rows_failed", r.rows_failed},
+                       {"requests_cache_checked", r.requests_cache_checked},
+                       {"requests_cache_failed", r.requests_cache_failed},
+                       {"rows_fault_detected", r.rows_fault_detected},
+                       {"requests_fault_detected", r.requests_fault_detected},
                        {"first_failure", r.first_failure},
                        {"result", !r.verified ? "SKIPPED" : r.pass ? "PASS" : "FAIL"}};
+  j["prefix_sharing"] = {{"enabled", r.prefix_sharing},
+                         {"prefix_tokens", r.prefix_tokens},
+                         {"blocks_saved", r.prefix_hit_blocks},
+                         {"tokens_saved", r.prefix_hit_tokens},
+                         {"copies_on_write", r.prefix_copies},
+                         {"peak_shared_blocks", r.peak_shared_blocks},
+                         {"policy", "a block leaves the prefix table and returns to the free "
+                                    "list when its last user finishes (no retention)"}};
+  Json samples = Json::array();
+  for (const serving::SoakSample& s : r.samples) {
+    samples.push_back({{"elapsed_s", s.elapsed_s},
+                       {"requests_finished", s.requests_finished},
+                       {"steps", s.steps},
+                       {"tokens", s.tokens},
+                       {"checks_passed", s.checks_passed},
+                       {"checks_failed", s.checks_failed},
+                       {"checks_detected_fault", s.checks_detected_fault},
+                       {"blocks_used", s.blocks_used},
+                       {"peak_blocks_used", s.peak_blocks_used},
+                       {"shared_blocks", s.shared_blocks},
+                       {"device_used_bytes", s.device_used_bytes},
+                       {"replay_device_bytes", s.replay_device_bytes}});
+  }
+  j["soak"] = {{"duration_s", r.duration_s},
+               {"trace_passes", r.trace_passes},
+               {"faults_injected", r.faults_injected},
+               {"faults_detected", r.faults_detected},
+               {"output_faults_injected", r.output_faults_injected},
+               {"cache_faults_injected", r.cache_faults_injected},
+               {"unexpected_failures", r.unexpected_failures},
+               {"device_used_min_bytes", r.device_used_min},
+               {"device_used_max_bytes", r.device_used_max},
+               {"blocks_used_min", r.blocks_used_min},
+               {"blocks_used_max", r.blocks_used_max},
+               {"samples", samples}};
   return j;
+}
+
+// The report file: written whole to FILE.tmp, then renamed, so that a reader never sees half
+// a report (the lead collects it while the soak runs).
+bool write_report_file(const std::string& path, const Json& j) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const std::string text = j.dump(2) + "\n";
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return false;
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 /// "1 request", "2 requests", "0 requests": a count with its noun in the right number.
@@ -282,9 +352,9 @@ void print_report(const serving::ReplayReport& r) {
       "{:.1f} GFLOP/s ({:.1f} GFLOP)\n",
       r.attention_s, safe_div(query_tokens, r.attention_s),
       safe_div(r.attention_flops * 1e-9, r.attention_s), r.attention_flops * 1e-9);
-  s += fmt::format("  other time    write_kv {:.3f} s, plan {:.3f} s, verification {:.3f} s; "
-                   "wall {:.3f} s\n",
-                   r.write_kv_s, r.plan_s, r.verify_s, r.wall_s);
+  s += fmt::format("  other time    write_kv {:.3f} s, plan {:.3f} s, verification {:.3f} s, "
+                   "poisoning freed blocks {:.3f} s; wall {:.3f} s\n",
+                   r.write_kv_s, r.plan_s, r.verify_s, r.poison_s, r.wall_s);
   s += fmt::format(
       "  KV memory     peak {} of {} in use ({} holding at most {})\n",
       r.peak_blocks_used, count(r.num_blocks, "block"),
@@ -304,6 +374,30 @@ void print_report(const serving::ReplayReport& r) {
       safe_div(static_cast<double>(r.contiguous_blocks_at_peak),
                static_cast<double>(r.peak_blocks_used)),
       contiguous_fit);
+  if (r.prefix_sharing) {
+    s += fmt::format(
+        "  prefix cache  {} saved ({}) and {} not computed, of {} prompt tokens in "
+        "hash_ids prefixes; {} on write of a partial last block{}; a block leaves the table "
+        "when its last user finishes\n",
+        count(r.prefix_hit_blocks, "block allocation"),
+        count(r.prefix_hit_blocks * r.model.block_size, "token"),
+        count(r.prefix_hit_tokens, "prompt token"), r.prefix_tokens,
+        r.prefix_copies == 1 ? std::string("1 copy") : fmt::format("{} copies", r.prefix_copies),
+        r.samples.empty() ? std::string()
+                          : fmt::format("; at most {} shared at a sample",
+                                        count(r.peak_shared_blocks, "block")));
+  }
+  if (!r.samples.empty()) {
+    auto gib = [](std::int64_t b) { return static_cast<double>(b) / 1073741824.0; };
+    s += fmt::format(
+        "  soak          {:.0f} s asked, {:.1f} s run, {} pass{} over the trace; blocks in use "
+        "{} .. {} over {} samples{}\n",
+        r.duration_s, r.wall_s, r.trace_passes, r.trace_passes == 1 ? "" : "es",
+        r.blocks_used_min, r.blocks_used_max, r.samples.size(),
+        r.device_used_min >= 0 ? fmt::format("; device memory in use {:.2f} .. {:.2f} GiB",
+                                             gib(r.device_used_min), gib(r.device_used_max))
+                               : std::string());
+  }
   if (!r.verified) {
     s += "  verification  SKIPPED (--verify-rows 0)\n";
   } else {
@@ -319,6 +413,13 @@ void print_report(const serving::ReplayReport& r) {
         "                KV cache of every request compared bit for bit at its finish: {}, "
         "{} mismatching\n",
         count(r.cache_tokens_checked, "token"), count(r.cache_mismatches, "element"));
+    if (r.faults_injected > 0) {
+      s += fmt::format(
+          "  faults        {} injected ({} output, {} cache), {} detected; {} failure{} "
+          "not explained by an injection\n",
+          r.faults_injected, r.output_faults_injected, r.cache_faults_injected,
+          r.faults_detected, r.unexpected_failures, r.unexpected_failures == 1 ? "" : "s");
+    }
     if (!r.first_failure.empty()) s += fmt::format("  first failure {}\n", r.first_failure);
     s += fmt::format("  result        {}\n", r.pass ? "PASS" : "FAIL");
   }
@@ -340,8 +441,44 @@ int run_run(const RunFlags& flags) {
   // each time another eighth of the requests has finished.
   std::int64_t next_mark = 0;
   serving::ProgressFn progress;
-  if (!flags.quiet) {
-    progress = [&next_mark](const serving::ReplayProgress& p) {
+  const bool soak_lines = config->sample_interval_s > 0;
+  bool report_write_failed = false;
+  if (!flags.quiet || !flags.report_file.empty()) {
+    progress = [&next_mark, &flags, soak_lines, &report_write_failed](
+                   const serving::ReplayProgress& p) {
+      if (p.sample && p.report != nullptr) {
+        const serving::ReplayReport& r = *p.report;
+        const serving::SoakSample& s = r.samples.back();
+        if (!flags.quiet) {
+          std::fprintf(
+              stderr,
+              "[soak %.0f s] %lld requests done (%lld running, %lld waiting), %lld steps, "
+              "%lld tokens; checks %lld passed / %lld failed (+ %lld that caught an injected "
+              "fault); faults %lld/%lld detected; "
+              "blocks %lld in use, peak %lld, %lld shared; device %s\n",
+              s.elapsed_s, static_cast<long long>(s.requests_finished),
+              static_cast<long long>(p.running), static_cast<long long>(p.waiting),
+              static_cast<long long>(s.steps), static_cast<long long>(s.tokens),
+              static_cast<long long>(s.checks_passed), static_cast<long long>(s.checks_failed),
+              static_cast<long long>(s.checks_detected_fault),
+              static_cast<long long>(r.faults_detected),
+              static_cast<long long>(r.faults_injected),
+              static_cast<long long>(s.blocks_used), static_cast<long long>(s.peak_blocks_used),
+              static_cast<long long>(s.shared_blocks),
+              s.device_used_bytes >= 0
+                  ? fmt::format("{:.2f} GiB in use ({:.2f} GiB the replay's)",
+                                s.device_used_bytes / 1073741824.0,
+                                s.replay_device_bytes / 1073741824.0)
+                        .c_str()
+                  : "n/a (cpu)");
+        }
+        if (!flags.report_file.empty()) {
+          Json j = json_report(r);
+          j["status"] = "running";
+          if (!write_report_file(flags.report_file, j)) report_write_failed = true;
+        }
+      }
+      if (flags.quiet || soak_lines) return;
       const std::int64_t eighth = std::max<std::int64_t>(1, p.total / 8);
       if (p.finished < next_mark && p.finished != p.total) return;
       next_mark = (p.finished / eighth + 1) * eighth;
@@ -357,7 +494,20 @@ int run_run(const RunFlags& flags) {
   }
   Result<serving::ReplayReport> report = serving::run_replay(*config, progress);
   if (!report.ok()) {
+    if (!flags.report_file.empty()) {
+      Json j;
+      j["status"] = "error";
+      j["error"] = report.status().to_string();
+      (void)write_report_file(flags.report_file, j);
+    }
     return report_failure("run", report.status(), flags.json);
+  }
+  if (!flags.report_file.empty() && !write_report_file(flags.report_file, json_report(*report))) {
+    report_write_failed = true;
+  }
+  if (report_write_failed) {
+    std::fprintf(stderr, "pagedattn run: warning: could not write the report file %s\n",
+                 flags.report_file.c_str());
   }
   if (flags.json) {
     std::printf("%s\n", json_report(*report).dump(2).c_str());
@@ -442,8 +592,27 @@ Action register_run(CLI::App& app) {
                 "plan every step with split points fixed in tokens (a request's bits do not "
                 "depend on the other requests of its step)");
   // Hidden (empty group): proves that a corrupted output or cache makes the run fail (exit 1).
-  sub->add_option("--inject-fault", f->inject_fault, "testing: none, output or cache")
+  sub->add_option("--inject-fault", f->inject_fault, "testing: none, output, cache or both")
       ->group("");
+  sub->add_option("--fault-every", f->fault_every,
+                  "testing: inject --inject-fault at every Nth step (both: by turns) and count "
+                  "detections; the run passes when every injection is detected (0 = once, at "
+                  "step 0, failing the run)")
+      ->group("");
+  sub->add_option("--prefix-sharing", f->prefix_sharing,
+                  "share prefix blocks named by the trace's hash_ids (Mooncake): auto (= on "
+                  "when the trace has them), on or off")
+      ->capture_default_str();
+  sub->add_option("--duration", f->duration,
+                  "soak: keep admitting requests (cycling through the trace) for this many "
+                  "seconds, after at least --requests (0 = just --requests)")
+      ->capture_default_str();
+  sub->add_option("--report-interval", f->report_interval,
+                  "seconds between soak report lines (and --report rewrites); default 30 with "
+                  "--duration or --report, else none");
+  sub->add_option("--report", f->report_file,
+                  "write the JSON report to FILE, rewritten at every report line while running "
+                  "(status \"running\") and at the end");
   sub->add_flag("--json", f->json, "machine-readable final report on stdout");
   sub->add_flag("--quiet", f->quiet, "no progress lines on stderr");
   sub->footer(exit_status_help(/*can_mismatch=*/true));

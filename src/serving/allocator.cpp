@@ -45,16 +45,33 @@ Result<std::int32_t> BlockAllocator::allocate() {
 }
 
 Status BlockAllocator::free(std::int32_t block) {
+  Result<bool> released = release(block);
+  return released.ok() ? Status::Ok() : released.status();
+}
+
+Result<bool> BlockAllocator::release(std::int32_t block) {
   if (block < 0 || block >= num_blocks()) {
     return invalid(fmt::format("free: block {} is outside the pool [0, {})", block, num_blocks()));
   }
-  if (!in_use_[block]) return invalid(fmt::format("free: block {} is not allocated", block));
+  if (in_use_[block] == 0) return invalid(fmt::format("free: block {} is not allocated", block));
+  if (--in_use_[block] > 0) return false;
   // The free ids occupy ring_[head_ .. head_ + num_free()) (mod size); the slot after them is
   // the back of the queue.
   ring_[(head_ + num_free()) % num_blocks()] = block;
-  in_use_[block] = 0;
   --num_used_;
+  return true;
+}
+
+Status BlockAllocator::retain(std::int32_t block) {
+  if (!is_allocated(block)) {
+    return invalid(fmt::format("retain: block {} is not allocated", block));
+  }
+  ++in_use_[block];
   return Status::Ok();
+}
+
+std::int32_t BlockAllocator::refcount(std::int32_t block) const {
+  return block >= 0 && block < num_blocks() ? in_use_[block] : 0;
 }
 
 bool BlockAllocator::is_allocated(std::int32_t block) const {

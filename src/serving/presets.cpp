@@ -68,6 +68,7 @@ const char* to_string(FaultInjection fault) {
     case FaultInjection::kNone: return "none";
     case FaultInjection::kOutput: return "output";
     case FaultInjection::kCache: return "cache";
+    case FaultInjection::kBoth: return "both";
   }
   return "unknown";
 }
@@ -76,7 +77,24 @@ Result<FaultInjection> parse_fault_injection(const std::string& name) {
   if (name == "none") return FaultInjection::kNone;
   if (name == "output") return FaultInjection::kOutput;
   if (name == "cache") return FaultInjection::kCache;
-  return invalid(fmt::format("--inject-fault '{}': expected none, output or cache", name));
+  if (name == "both") return FaultInjection::kBoth;
+  return invalid(fmt::format("--inject-fault '{}': expected none, output, cache or both", name));
+}
+
+const char* to_string(PrefixSharing mode) {
+  switch (mode) {
+    case PrefixSharing::kAuto: return "auto";
+    case PrefixSharing::kOn: return "on";
+    case PrefixSharing::kOff: return "off";
+  }
+  return "unknown";
+}
+
+Result<PrefixSharing> parse_prefix_sharing(const std::string& name) {
+  if (name == "auto") return PrefixSharing::kAuto;
+  if (name == "on") return PrefixSharing::kOn;
+  if (name == "off") return PrefixSharing::kOff;
+  return invalid(fmt::format("--prefix-sharing '{}': expected auto, on or off", name));
 }
 
 }  // namespace pagedattn::serving

@@ -13,6 +13,7 @@
 #include <numeric>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -53,6 +54,53 @@ std::uint64_t row_key(std::uint64_t seed, Stream stream, std::int64_t request, s
   std::uint64_t h = mix64(seed ^ (static_cast<std::uint64_t>(stream) * kGolden));
   h = mix64(h ^ (static_cast<std::uint64_t>(request) * 0xD6E8FEB86659FD93ull));
   return mix64(h ^ static_cast<std::uint64_t>(pos));
+}
+
+// K/V of a prompt token inside the trace's shared prefix (pos < spec.prefix_tokens) are a
+// function of the prefix chain entry and the position, not of the request: requests with
+// equal hash_ids hold equal K/V there, which is what makes sharing their blocks valid and
+// lets the finish check compare a shared block with what this request would have written.
+// The chain entries do not depend on whether sharing is on, so a run with sharing and one
+// without compute the same attention.
+std::uint64_t kv_row_key(std::uint64_t seed, Stream stream, const RequestSpec& spec,
+                         std::int64_t request, std::int64_t pos) {
+  if (pos >= spec.prefix_tokens) return row_key(seed, stream, request, pos);
+  std::uint64_t h = mix64(seed ^ (static_cast<std::uint64_t>(stream) * kGolden) ^
+                          0x50FF1C5ull);
+  h = mix64(h ^ spec.chain_at(pos));
+  return mix64(h ^ static_cast<std::uint64_t>(pos));
+}
+
+// fill_pattern over gigabytes (a soak's pool): the pattern once, then doubling copies.
+void fill_fast(unsigned char* dst, std::size_t bytes, const std::vector<std::uint8_t>& element) {
+  const std::size_t seed = std::min<std::size_t>(bytes, 4096 * element.size());
+  fill_pattern(dst, seed, element);
+  for (std::size_t done = seed; done < bytes;) {
+    const std::size_t n = std::min(done, bytes - done);
+    std::memcpy(dst + done, dst, n);
+    done += n;
+  }
+}
+
+// Run fn(begin, end) over [0, n) split into `workers` contiguous parts, on threads.
+template <class Fn>
+void parallel_for(std::int64_t n, std::int64_t workers, const Fn& fn) {
+  workers = std::max<std::int64_t>(1, std::min(workers, n));
+  if (workers == 1) {
+    if (n > 0) fn(std::int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (std::int64_t w = 1; w < workers; ++w) {
+    const std::int64_t b = n * w / workers, e = n * (w + 1) / workers;
+    try {
+      pool.emplace_back([&fn, b, e] { fn(b, e); });
+    } catch (const std::system_error&) {
+      fn(b, e);  // no thread to spare: do it here
+    }
+  }
+  fn(std::int64_t{0}, n / workers);
+  for (std::thread& t : pool) t.join();
 }
 
 // Uniform in [-1, 1) on a grid of 2^-23: exactly representable in fp32.
@@ -102,6 +150,11 @@ class Replay {
 
  private:
   Status setup();
+  Result<RequestSpec> make_spec(std::int64_t index);
+  Status copy_on_write(const BlockCopy& copy);
+  void take_sample();
+  void finish_report();
+  std::int64_t replay_device_bytes() const;
   Status run_step(const StepBatch& batch);
   Status verify_rows(const StepBatch& batch);
   Status check_request_cache(const ScheduledSeq& seq, std::int64_t step);
@@ -137,7 +190,9 @@ class Replay {
   // The cache: host_cache_ views host memory (the cache itself on the CPU, a mirror refreshed
   // block by block on CUDA); cache_ views the memory attention reads.
   std::vector<unsigned char> host_k_, host_v_;
-  DeviceMemory dev_k_, dev_v_;
+  DeviceMemory dev_k_, dev_v_, dev_poison_;
+  DeviceMemory dev_staging_;                 // mirror_blocks' gathered pages
+  std::vector<unsigned char> host_staging_;
   KVCache cache_;
   KVCache host_cache_;
   std::vector<unsigned char> nan_;  // one NaN element of the cache dtype
@@ -148,11 +203,70 @@ class Replay {
   DeviceMemory dev_workspace_;
   std::int64_t table_width_ = 0;
   std::uint64_t sample_rng_seed_ = 0;
+
+  // Host mirror blocks older than the device's (CUDA: written since they were last copied).
+  std::vector<std::uint8_t> host_stale_;
+  // Soak state.
+  std::int64_t max_model_len_ = 0;
+  std::int64_t next_request_ = 0;       // index of the next request make_spec builds
+  std::int64_t tokens_done_ = 0;
+  double next_sample_s_ = 0;
+  bool sharing_ = false;
+  // Injected faults: the step's output fault (its failures are the injection's), and the
+  // corrupted cache slots -> injection index, until their block is freed.
+  bool periodic_faults_ = false;
+  bool output_fault_now_ = false;
+  std::int64_t output_fault_index_ = -1;
+  std::unordered_map<std::int64_t, std::int64_t> corrupted_slots_;
+  std::vector<std::uint8_t> fault_detected_;
 };
 
 void Replay::record_failure(std::string what) {
   if (report_.first_failure.empty()) report_.first_failure = std::move(what);
   report_.pass = false;
+}
+
+Result<RequestSpec> Replay::make_spec(std::int64_t index) {
+  const ReplayConfig& c = config_;
+  const auto available = static_cast<std::int64_t>(trace_.records.size());
+  const TraceRecord& rec = trace_.records[static_cast<std::size_t>(index % available)];
+  const std::int64_t pass = index / available;
+  report_.trace_passes = std::max(report_.trace_passes, pass + 1);
+  RequestSpec spec;
+  // A length of 0 (absent from the shipped traces) is raised to 1: every request needs a
+  // prompt token to prefill and produces at least one token. Counted apart from the clipped.
+  spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
+  spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
+  report_.prompts_clipped += spec.prompt_tokens < rec.prompt_tokens;
+  report_.outputs_clipped += spec.output_tokens < rec.output_tokens;
+  report_.prompts_raised += spec.prompt_tokens > rec.prompt_tokens;
+  report_.outputs_raised += spec.output_tokens > rec.output_tokens;
+  report_.trace_prompt_tokens += rec.prompt_tokens;
+  report_.trace_output_tokens += rec.output_tokens;
+  if (spec.prompt_tokens + spec.output_tokens > max_model_len_) {
+    return invalid(fmt::format(
+        "--max-model-len {}: request {} has {} prompt + {} output tokens; use at least {}",
+        max_model_len_, index, spec.prompt_tokens, spec.output_tokens,
+        spec.prompt_tokens + spec.output_tokens));
+  }
+  if (!rec.hash_ids.empty()) {
+    // Chain entry j hashes hash_ids[0 .. j] (and the pass over the trace): equal entries mean
+    // equal prompts up to the end of trace block j, whatever the trace's ids promise about
+    // their own chaining.
+    std::uint64_t h = mix64(0x9AC0FF1Eull ^ mix64(static_cast<std::uint64_t>(pass)));
+    spec.prefix_chain.reserve(rec.hash_ids.size());
+    for (const std::int64_t id : rec.hash_ids) {
+      h = mix64(h ^ mix64(static_cast<std::uint64_t>(id) + kGolden));
+      spec.prefix_chain.push_back(h);
+    }
+    spec.prefix_block_tokens = kMooncakeHashBlockTokens;
+    spec.prefix_tokens = std::min<std::int64_t>(
+        spec.prompt_tokens,
+        static_cast<std::int64_t>(rec.hash_ids.size()) * kMooncakeHashBlockTokens);
+    report_.prefix_tokens += spec.prefix_tokens;
+  }
+  next_request_ = std::max(next_request_, index + 1);
+  return spec;
 }
 
 Status Replay::setup() {
@@ -206,50 +320,60 @@ Status Replay::setup() {
   // such faults show (same constant as the GoogleTest cases).
   scale_ = testing::kDefaultScaleBoost * default_scale(head_size_);
 
-  // ---- requests: the first N records, in arrival order, lengths clipped
+  // ---- requests: the first N records, in arrival order (the parsers reject a trace whose
+  // timestamps step back, so file order is arrival order), lengths clipped
   const auto available = static_cast<std::int64_t>(trace_.records.size());
   if (c.requests > available) {
     return invalid(fmt::format("--requests {}: trace '{}' has only {} record{}", c.requests,
                                trace_.name, available, available == 1 ? "" : "s"));
   }
-  std::vector<TraceRecord> records(trace_.records.begin(), trace_.records.begin() + c.requests);
-  // Stable: equal timestamps (Mooncake has many) keep file order.
-  std::stable_sort(records.begin(), records.end(), [](const TraceRecord& a, const TraceRecord& b) {
-    return a.arrival_s < b.arrival_s;
-  });
-  const std::int64_t max_model_len =
-      c.max_model_len > 0 ? c.max_model_len : c.max_prompt + c.max_output;
+  if (!(c.duration_s >= 0) || c.duration_s > 1e7) {
+    return invalid(fmt::format("--duration {}: expected 0 .. 1e7 seconds", c.duration_s));
+  }
+  if (!(c.sample_interval_s >= 0) || c.sample_interval_s > 1e7) {
+    return invalid(fmt::format("--report-interval {}: expected 0 .. 1e7 seconds",
+                               c.sample_interval_s));
+  }
+  if (c.fault_every < 0) {
+    return invalid(fmt::format("--fault-every {}: expected >= 0", c.fault_every));
+  }
+  switch (c.prefix_sharing) {
+    case PrefixSharing::kAuto: sharing_ = trace_.has_hash_ids; break;
+    case PrefixSharing::kOff: sharing_ = false; break;
+    case PrefixSharing::kOn:
+      if (!trace_.has_hash_ids) {
+        return invalid(fmt::format("--prefix-sharing on: trace '{}' has no hash_ids (only "
+                                   "Mooncake traces name shared prefixes)",
+                                   trace_.name));
+      }
+      sharing_ = true;
+      break;
+  }
+  max_model_len_ = c.max_model_len > 0 ? c.max_model_len : c.max_prompt + c.max_output;
   std::int64_t total_blocks = 0;
   std::int64_t max_need = 0;
   specs_.clear();
-  for (std::size_t i = 0; i < records.size(); ++i) {
-    const TraceRecord& rec = records[i];
-    RequestSpec spec;
-    // A length of 0 (absent from the shipped traces) is raised to 1: every request needs a
-    // prompt token to prefill and produces at least one token. Counted apart from the clipped.
-    spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
-    spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
-    report_.prompts_clipped += spec.prompt_tokens < rec.prompt_tokens;
-    report_.outputs_clipped += spec.output_tokens < rec.output_tokens;
-    report_.prompts_raised += spec.prompt_tokens > rec.prompt_tokens;
-    report_.outputs_raised += spec.output_tokens > rec.output_tokens;
-    report_.trace_prompt_tokens += rec.prompt_tokens;
-    report_.trace_output_tokens += rec.output_tokens;
-    if (spec.prompt_tokens + spec.output_tokens > max_model_len) {
-      return invalid(fmt::format(
-          "--max-model-len {}: request {} has {} prompt + {} output tokens; use at least {}",
-          max_model_len, i, spec.prompt_tokens, spec.output_tokens,
-          spec.prompt_tokens + spec.output_tokens));
-    }
-    const std::int64_t need = (spec.final_kv_tokens() + block_size_ - 1) / block_size_;
+  for (std::int64_t i = 0; i < c.requests; ++i) {
+    Result<RequestSpec> spec = make_spec(i);
+    if (!spec.ok()) return spec.status();
+    const std::int64_t need = (spec->final_kv_tokens() + block_size_ - 1) / block_size_;
     total_blocks += need;
     max_need = std::max(max_need, need);
-    specs_.push_back(spec);
+    specs_.push_back(std::move(spec).value());
+  }
+  if (c.duration_s > 0) {
+    // A soak cycles through every record: the automatic pool must hold the largest of them.
+    for (const TraceRecord& rec : trace_.records) {
+      const std::int64_t kv = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt) +
+                              std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output) - 1;
+      max_need = std::max(max_need, (kv + block_size_ - 1) / block_size_);
+    }
   }
   // Auto pool: see ReplayConfig::num_blocks.
   const std::int64_t num_blocks =
       c.num_blocks > 0 ? c.num_blocks
-                       : std::min(total_blocks, std::max(2 * max_need, (total_blocks + 1) / 2));
+                       : std::min(std::max(total_blocks, max_need),
+                                  std::max(2 * max_need, (total_blocks + 1) / 2));
   // How messages name the pool: the flag as typed, or the automatic size the user never typed.
   auto blocks_flag = [&] {
     return c.num_blocks > 0 ? fmt::format("--num-blocks {}", num_blocks)
@@ -310,8 +434,8 @@ Status Replay::setup() {
   nan_ = poison_element(cache_dtype_);
   host_k_.resize(cache_bytes);
   host_v_.resize(cache_bytes);
-  fill_pattern(host_k_.data(), cache_bytes, nan_);
-  fill_pattern(host_v_.data(), cache_bytes, nan_);
+  fill_fast(host_k_.data(), cache_bytes, nan_);
+  fill_fast(host_v_.data(), cache_bytes, nan_);
   Result<KVCache> host_cache =
       make_kv_cache(spec, host_k_.data(), host_v_.data(), Device::cpu(), k_scale, v_scale);
   if (!host_cache.ok()) return host_cache.status();
@@ -319,8 +443,22 @@ Status Replay::setup() {
   if (on_cuda_) {
     PAGEDATTN_RETURN_IF_ERROR(dev_k_.reserve(cache_bytes));
     PAGEDATTN_RETURN_IF_ERROR(dev_v_.reserve(cache_bytes));
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_k_.get(), host_k_.data(), cache_bytes));
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_v_.get(), host_v_.data(), cache_bytes));
+    // The poison goes up once (1 MiB at most) and is doubled on the device: a soak's pool of
+    // gigabytes is not sent over PCIe.
+    for (DeviceMemory* dev : {&dev_k_, &dev_v_}) {
+      auto* d = static_cast<unsigned char*>(dev->get());
+      const std::size_t seed = std::min<std::size_t>(cache_bytes, std::size_t{1} << 20);
+      PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(d, host_k_.data(), seed));
+      for (std::size_t done = seed; done < cache_bytes;) {
+        const std::size_t n = std::min(done, cache_bytes - done);
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(d + done, d, n));
+        done += n;
+      }
+    }
+    // One poisoned page (K and V pages have the same stride) for refilling freed blocks.
+    const std::size_t page = static_cast<std::size_t>(host_cache_.key.stride(0)) * es;
+    PAGEDATTN_RETURN_IF_ERROR(dev_poison_.reserve(page));
+    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_poison_.get(), host_k_.data(), page));
     Result<KVCache> dev_cache =
         make_kv_cache(spec, dev_k_.get(), dev_v_.get(), device, k_scale, v_scale);
     if (!dev_cache.ok()) return dev_cache.status();
@@ -343,6 +481,7 @@ Status Replay::setup() {
   sc.max_seqs = c.max_seqs;
   sc.block_size = block_size_;
   sc.pool_name = blocks_flag();
+  sc.prefix_sharing = sharing_;
   Result<Scheduler> scheduler = Scheduler::create(sc, specs_, &*allocator_);
   if (!scheduler.ok()) return scheduler.status();
   scheduler_.emplace(std::move(scheduler).value());
@@ -370,7 +509,7 @@ Status Replay::setup() {
   r.max_seqs = c.max_seqs;
   r.max_prompt = c.max_prompt;
   r.max_output = c.max_output;
-  r.max_model_len = max_model_len;
+  r.max_model_len = max_model_len_;
   r.seed = c.seed;
   // The thread count the CPU backend will use (PlanOptions: 0 = every hardware thread).
   r.threads = c.threads > 0 ? c.threads
@@ -379,7 +518,12 @@ Status Replay::setup() {
   r.softmax_scale = scale_;
   r.atol = tol_.atol;
   r.rtol = tol_.rtol;
-  r.contiguous_blocks_per_request = (max_model_len + block_size_ - 1) / block_size_;
+  r.contiguous_blocks_per_request = (max_model_len_ + block_size_ - 1) / block_size_;
+  r.prefix_sharing = sharing_;
+  r.duration_s = c.duration_s;
+  periodic_faults_ = c.fault_every > 0 && c.fault != FaultInjection::kNone;
+  host_stale_.assign(static_cast<std::size_t>(num_blocks), 0);
+  next_sample_s_ = c.sample_interval_s;
   r.contiguous_max_running = num_blocks / r.contiguous_blocks_per_request;
   return Status::Ok();
 }
@@ -388,16 +532,42 @@ Status Replay::mirror_blocks(const std::vector<std::int32_t>& blocks, std::int64
   if (!on_cuda_) return Status::Ok();
   const std::size_t es = dtype_size(cache_dtype_);
   const std::int64_t used = (num_tokens + block_size_ - 1) / block_size_;
+  // Blocks are written only by write_kv (which marks them stale) once the mirror has them: a
+  // full block is copied once, not at every check that reads it.
+  std::vector<std::int64_t> stale;
   for (std::int64_t j = 0; j < used; ++j) {
     const std::int64_t b = blocks[j];
-    // A whole page (padding included): the stride is what separates blocks.
-    for (const auto& [host, dev, view] :
-         {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
-          std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
-                          &cache_.value)}) {
-      const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+    if (!host_stale_[static_cast<std::size_t>(b)]) continue;
+    host_stale_[static_cast<std::size_t>(b)] = 0;
+    stale.push_back(b);
+  }
+  if (stale.empty()) return Status::Ok();
+  // Whole pages (padding included: the stride is what separates blocks), gathered on the device
+  // by copies that do not wait into one staging buffer, then brought over in one transfer (a
+  // 126k-token request has 8k scattered blocks).
+  const auto count = static_cast<std::int64_t>(stale.size());
+  for (const auto& [host, dev, view] :
+       {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
+        std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
+                        &cache_.value)}) {
+    const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
+    if (count < 4) {
+      for (const std::int64_t b : stale) {
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(host + b * page, dev + b * page, page));
+      }
+      continue;
+    }
+    PAGEDATTN_RETURN_IF_ERROR(dev_staging_.reserve(static_cast<std::size_t>(count) * page));
+    auto* staging = static_cast<unsigned char*>(dev_staging_.get());
+    for (std::int64_t i = 0; i < count; ++i) {
       PAGEDATTN_RETURN_IF_ERROR(
-          cuda::copy_to_host(host + b * page, dev + b * page, page));
+          cuda::copy_device_to_device(staging + i * page, dev + stale[i] * page, page));
+    }
+    host_staging_.resize(static_cast<std::size_t>(count) * page);
+    PAGEDATTN_RETURN_IF_ERROR(
+        cuda::copy_to_host(host_staging_.data(), staging, static_cast<std::size_t>(count) * page));
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::memcpy(host + stale[i] * page, host_staging_.data() + i * page, page);
     }
   }
   return Status::Ok();
@@ -408,20 +578,76 @@ Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
   // then reads NaN instead of a finished request's plausible stale values.
   const std::size_t es = dtype_size(cache_dtype_);
   for (const std::int32_t b : blocks) {
+    host_stale_[static_cast<std::size_t>(b)] = 0;
+    if (!corrupted_slots_.empty()) {
+      for (std::int64_t o = 0; o < block_size_; ++o) {
+        corrupted_slots_.erase(static_cast<std::int64_t>(b) * block_size_ + o);
+      }
+    }
     for (const auto& [host, dev, view] :
          {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
           std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
                           &cache_.value)}) {
       const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
       unsigned char* dst = host + static_cast<std::size_t>(b) * page;
-      fill_pattern(dst, page, nan_);
+      fill_fast(dst, page, nan_);
       if (on_cuda_) {
-        PAGEDATTN_RETURN_IF_ERROR(
-            cuda::copy_to_device(dev + static_cast<std::size_t>(b) * page, dst, page));
+        // From a poisoned device page: no host transfer, and the copy does not wait.
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(
+            dev + static_cast<std::size_t>(b) * page, dev_poison_.get(), page));
       }
     }
   }
   return Status::Ok();
+}
+
+Status Replay::copy_on_write(const BlockCopy& copy) {
+  // Through the host mirror (copies are rare: one per request at most): the source's shared
+  // slots into the new block, whose other slots keep their poison.
+  PAGEDATTN_RETURN_IF_ERROR(mirror_blocks({copy.src}, 1));
+  const std::size_t es = dtype_size(cache_dtype_);
+  for (int kv = 0; kv < 2; ++kv) {
+    const bool is_key = kv == 0;
+    const TensorView& view = is_key ? host_cache_.key : host_cache_.value;
+    auto* base = static_cast<unsigned char*>(view.data);
+    for (std::int64_t o = 0; o < copy.tokens; ++o) {
+      for (std::int64_t h = 0; h < num_kv_heads_; ++h) {
+        for (std::int64_t d = 0; d < head_size_; ++d) {
+          const std::int64_t from = cache_offset(view, host_cache_.layout, is_key, x_, copy.src,
+                                                 o, h, d);
+          const std::int64_t to = cache_offset(view, host_cache_.layout, is_key, x_, copy.dst,
+                                               o, h, d);
+          std::memcpy(base + to * static_cast<std::int64_t>(es),
+                      base + from * static_cast<std::int64_t>(es), es);
+        }
+      }
+    }
+    if (on_cuda_) {
+      const std::size_t page = static_cast<std::size_t>(view.stride(0)) * es;
+      unsigned char* dev = static_cast<unsigned char*>(is_key ? dev_k_.get() : dev_v_.get());
+      PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev + copy.dst * page,
+                                                     base + copy.dst * page, page));
+    }
+  }
+  // A corrupted shared slot stays corrupted in the copy (the copy must be exact).
+  for (std::int64_t o = 0; o < copy.tokens; ++o) {
+    const auto it = corrupted_slots_.find(static_cast<std::int64_t>(copy.src) * block_size_ + o);
+    if (it != corrupted_slots_.end()) {
+      corrupted_slots_[static_cast<std::int64_t>(copy.dst) * block_size_ + o] = it->second;
+    }
+  }
+  return Status::Ok();
+}
+
+std::int64_t Replay::replay_device_bytes() const {
+  if (!on_cuda_) return 0;
+  std::size_t n = dev_k_.capacity() + dev_v_.capacity() + dev_workspace_.capacity() +
+                  dev_poison_.capacity() + dev_staging_.capacity();
+  for (const StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
+                              &seq_lens_, &qsl_}) {
+    n += b->device.capacity();
+  }
+  return static_cast<std::int64_t>(n);
 }
 
 Status Replay::corrupt_cache(std::int64_t slot) {
@@ -456,43 +682,92 @@ Status Replay::check_request_cache(const ScheduledSeq& seq, std::int64_t step) {
   PAGEDATTN_RETURN_IF_ERROR(mirror_blocks(r.blocks, tokens));
   const std::size_t es = dtype_size(cache_dtype_);
   const std::int64_t row = static_cast<std::int64_t>(num_kv_heads_) * head_size_;
-  std::vector<unsigned char> rounded(static_cast<std::size_t>(row) * dtype_size(dtype_));
-  unsigned char expected[4];
-  for (std::int64_t pos = 0; pos < tokens; ++pos) {
-    const std::int64_t block = r.blocks[pos / block_size_];
-    const std::int64_t offset = pos % block_size_;
-    for (int kv = 0; kv < 2; ++kv) {
-      const bool is_key = kv == 0;
-      const TensorView& view = is_key ? host_cache_.key : host_cache_.value;
-      const float scale = is_key ? host_cache_.k_scale : host_cache_.v_scale;
-      const unsigned char* base = static_cast<const unsigned char*>(view.data);
-      fill_row(rounded.data(), dtype_,
-               0, row_key(config_.seed, is_key ? Stream::kKey : Stream::kValue, request, pos),
-               row);
-      for (int h = 0; h < num_kv_heads_; ++h) {
-        for (int d = 0; d < head_size_; ++d) {
-          float v = numeric::load_as_float(rounded.data(), dtype_,
-                                           static_cast<std::int64_t>(h) * head_size_ + d);
-          if (is_fp8(cache_dtype_)) v /= scale;
-          numeric::store_from_float(expected, cache_dtype_, 0, v);
-          const std::int64_t off = cache_offset(view, host_cache_.layout, is_key, x_, block,
-                                                offset, h, d);
-          if (std::memcmp(base + off * static_cast<std::int64_t>(es), expected, es) != 0) {
-            ++report_.cache_mismatches;
-            if (report_.first_failure.empty()) {
-              record_failure(fmt::format(
-                  "step {}: cache of request {} differs from what was written: {} position {} "
-                  "(physical block {}, offset {}) kv head {} dim {}: stored {} expected {}",
-                  step, request, is_key ? "key" : "value", pos, block, offset, h, d,
-                  numeric::load_as_float(base, cache_dtype_, off),
-                  numeric::load_as_float(expected, cache_dtype_, 0)));
+  const RequestSpec& spec = r.spec;
+  // Positions split over the CPU threads (a 126k-token request has 10^8 elements); each part
+  // keeps its count and its first mismatch, merged in position order so the report is the
+  // same for every thread count.
+  struct Part {
+    std::int64_t mismatches = 0;
+    std::int64_t first_pos = -1;
+    std::string first;
+    std::vector<std::int64_t> injected;  // corrupted slots found (injections detected)
+  };
+  const std::int64_t workers = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(report_.threads, tokens / 256 + 1));
+  std::vector<Part> parts(static_cast<std::size_t>(workers));
+  auto check = [&](std::int64_t begin, std::int64_t end, Part& part) {
+    std::vector<unsigned char> rounded(static_cast<std::size_t>(row) * dtype_size(dtype_));
+    unsigned char expected[4];
+    for (std::int64_t pos = begin; pos < end; ++pos) {
+      const std::int64_t block = r.blocks[pos / block_size_];
+      const std::int64_t offset = pos % block_size_;
+      for (int kv = 0; kv < 2; ++kv) {
+        const bool is_key = kv == 0;
+        const TensorView& view = is_key ? host_cache_.key : host_cache_.value;
+        const float scale = is_key ? host_cache_.k_scale : host_cache_.v_scale;
+        const unsigned char* base = static_cast<const unsigned char*>(view.data);
+        fill_row(rounded.data(), dtype_, 0,
+                 kv_row_key(config_.seed, is_key ? Stream::kKey : Stream::kValue, spec, request,
+                            pos),
+                 row);
+        for (int h = 0; h < num_kv_heads_; ++h) {
+          for (int d = 0; d < head_size_; ++d) {
+            float v = numeric::load_as_float(rounded.data(), dtype_,
+                                             static_cast<std::int64_t>(h) * head_size_ + d);
+            if (is_fp8(cache_dtype_)) v /= scale;
+            numeric::store_from_float(expected, cache_dtype_, 0, v);
+            const std::int64_t off = cache_offset(view, host_cache_.layout, is_key, x_, block,
+                                                  offset, h, d);
+            if (std::memcmp(base + off * static_cast<std::int64_t>(es), expected, es) == 0) {
+              continue;
             }
-            report_.pass = false;
+            const std::int64_t slot = block * block_size_ + offset;
+            if (is_key && h == 0 && d == 0 && corrupted_slots_.count(slot) != 0) {
+              part.injected.push_back(slot);
+              if (periodic_faults_) continue;  // the injection's, not a failure
+            }
+            ++part.mismatches;
+            if (part.first_pos < 0) {
+              part.first_pos = pos;
+              part.first = fmt::format(
+                  "step {}: cache of request {} differs from what was written: {} position {} "
+                  "(physical block {}, offset {}, {} reference{}) kv head {} dim {}: stored {} "
+                  "expected {}",
+                  step, request, is_key ? "key" : "value", pos, block, offset,
+                  allocator_->refcount(static_cast<std::int32_t>(block)),
+                  allocator_->refcount(static_cast<std::int32_t>(block)) == 1 ? "" : "s", h, d,
+                  numeric::load_as_float(base, cache_dtype_, off),
+                  numeric::load_as_float(expected, cache_dtype_, 0));
+            }
           }
         }
       }
     }
+  };
+  parallel_for(workers, workers, [&](std::int64_t wb, std::int64_t we) {
+    for (std::int64_t w = wb; w < we; ++w) {
+      check(tokens * w / workers, tokens * (w + 1) / workers, parts[static_cast<std::size_t>(w)]);
+    }
+  });
+  std::int64_t mismatches = 0;
+  bool injected = false;
+  for (Part& part : parts) {
+    mismatches += part.mismatches;
+    if (part.first_pos >= 0 && report_.first_failure.empty()) record_failure(part.first);
+    for (const std::int64_t slot : part.injected) {
+      fault_detected_[static_cast<std::size_t>(corrupted_slots_.at(slot))] = 1;
+      injected = true;
+    }
   }
+  report_.cache_mismatches += mismatches;
+  if (mismatches > 0) {
+    report_.pass = false;
+    report_.unexpected_failures += mismatches;
+  }
+  ++report_.requests_cache_checked;
+  // A check that found only an injected fault detected it: not a failed check.
+  report_.requests_cache_failed += mismatches > 0;
+  report_.requests_fault_detected += mismatches == 0 && injected;
   report_.cache_tokens_checked += tokens;
   return Status::Ok();
 }
@@ -573,44 +848,64 @@ Status Replay::verify_rows(const StepBatch& batch) {
     sl_ref[p] = static_cast<std::int32_t>(seq.context_len + (row - qsl[s]) + 1);
     qsl_ref[p + 1] = static_cast<std::int32_t>(p + 1);
   }
-  // The oracle is naive and single-threaded by design; the sampled rows are independent, so
-  // they are split over the CPU threads, one reference_attention call per group of rows.
-  const std::int64_t workers = std::min<std::int64_t>(n, std::max(1, report_.threads));
-  std::vector<Status> statuses(static_cast<std::size_t>(workers));
-  auto oracle = [&](std::int64_t w) {
-    const std::int64_t begin = n * w / workers;
-    const std::int64_t rows = n * (w + 1) / workers - begin;
+  // The oracle is naive and single-threaded by design; the sampled rows and the KV heads are
+  // independent, so (row group, KV-head group) tasks go to the CPU threads: a handful of
+  // long-context rows (a soak's 126k-token contexts) still keep every thread busy. Each head's
+  // result does not depend on which other heads share the call.
+  const std::int64_t threads = std::max(1, report_.threads);
+  const std::int64_t KVH = num_kv_heads_, G = H / KVH;
+  const std::int64_t row_groups = std::min<std::int64_t>(n, threads);
+  std::int64_t head_groups = 1;
+  while (KVH % (head_groups * 2) == 0 && row_groups * head_groups * 2 <= threads) {
+    head_groups *= 2;
+  }
+  const std::int64_t tasks = row_groups * head_groups;
+  std::vector<Status> statuses(static_cast<std::size_t>(tasks));
+  auto oracle = [&](std::int64_t task) {
+    const std::int64_t w = task / head_groups;
+    const std::int64_t begin = n * w / row_groups;
+    const std::int64_t rows = n * (w + 1) / row_groups - begin;
+    const std::int64_t kv0 = KVH * (task % head_groups) / head_groups;
+    const std::int64_t kvn = KVH / head_groups;
+    const std::int64_t h0 = kv0 * G, hn = kvn * G;
     AttentionArgs ref;
-    ref.query = TensorView::contiguous(q_ref.data() + static_cast<std::size_t>(begin * H * D) * esq,
-                                       dtype_, {rows, H, D});
+    ref.query = TensorView::strided(
+        q_ref.data() + static_cast<std::size_t>((begin * H + h0) * D) * esq, dtype_,
+        {rows, hn, D}, {H * D, D, 1});
     ref.cache = host_cache_;
+    // The heads [kv0, kv0 + kvn) of the cache: same pages, the head dimension narrowed.
+    const int head_dim = host_cache_.layout == KVLayout::kNHD ? 2 : 1;
+    for (TensorView* t : {&ref.cache.key, &ref.cache.value}) {
+      t->data = static_cast<unsigned char*>(t->data) +
+                kv0 * t->strides[head_dim] * static_cast<std::int64_t>(dtype_size(t->dtype));
+      t->shape[head_dim] = kvn;
+    }
     ref.block_table =
         TensorView::contiguous(bt_ref.data() + begin * W, DType::kInt32, {rows, W});
     ref.seq_lens = TensorView::contiguous(sl_ref.data() + begin, DType::kInt32, {rows});
     // Every sub-batch row has query_len 1, so qsl_ref[0 .. rows] = 0 .. rows serves any group.
     ref.query_start_loc = TensorView::contiguous(qsl_ref.data(), DType::kInt32, {rows + 1});
-    ref.out = TensorView::contiguous(out_ref.data() + begin * H * D, DType::kFloat32, {rows, H, D});
-    ref.lse = TensorView::contiguous(lse_ref.data() + begin * H, DType::kFloat32, {rows, H});
+    ref.out = TensorView::strided(out_ref.data() + (begin * H + h0) * D, DType::kFloat32,
+                                  {rows, hn, D}, {H * D, D, 1});
+    ref.lse = TensorView::strided(lse_ref.data() + begin * H + h0, DType::kFloat32, {rows, hn},
+                                  {H, 1});
     ref.params.scale = scale_;
-    statuses[static_cast<std::size_t>(w)] = reference_attention(ref);
+    statuses[static_cast<std::size_t>(task)] = reference_attention(ref);
   };
-  std::vector<std::thread> pool;
-  for (std::int64_t w = 1; w < workers; ++w) {
-    try {
-      pool.emplace_back(oracle, w);
-    } catch (const std::system_error&) {
-      oracle(w);  // no thread to spare: do it here
-    }
-  }
-  oracle(0);
-  for (std::thread& t : pool) t.join();
+  parallel_for(tasks, tasks, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t task = b; task < e; ++task) oracle(task);
+  });
   for (const Status& st : statuses) {
     PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "reference_attention", st));
   }
 
   // ---- compare: |got - ref| <= atol + rtol * |ref|; NaN never passes.
   const float* lse_got = lse_.as<float>();
+  // A periodic output fault's failures are the injection's: counted, not a failed run.
+  const bool expected_failures = periodic_faults_ && output_fault_now_;
+  std::int64_t step_rows_failed = 0;
   for (std::int64_t p = 0; p < n; ++p) {
+    bool row_failed = false;
     const std::int64_t row = picks[p];
     const ScheduledSeq& seq = batch.seqs[row_seq[p]];
     const std::int64_t pos = seq.context_len + (row - qsl[row_seq[p]]);
@@ -618,6 +913,12 @@ Status Replay::verify_rows(const StepBatch& batch) {
       const double err = std::fabs(got - want);
       const double bound = tol_.atol + tol_.rtol * std::fabs(want);
       ++report_.elements_checked;
+      if (expected_failures && !(err <= bound)) {
+        // The injection's: counted, kept out of the error statistics.
+        ++report_.elements_failed;
+        row_failed = true;
+        return;
+      }
       if (std::isfinite(err)) {
         report_.max_abs_error = std::max(report_.max_abs_error, err);
         report_.worst_ratio = std::max(report_.worst_ratio, err / bound);
@@ -626,6 +927,8 @@ Status Replay::verify_rows(const StepBatch& batch) {
       }
       if (!(err <= bound)) {
         ++report_.elements_failed;
+        row_failed = true;
+        ++report_.unexpected_failures;
         if (report_.first_failure.empty()) {
           record_failure(fmt::format(
               "step {}: request {} ({} row, position {}) {} head {}{}: got {} expected {} "
@@ -645,6 +948,12 @@ Status Replay::verify_rows(const StepBatch& batch) {
     }
     ++report_.rows_checked;
     (seq.prefill ? report_.prefill_rows_checked : report_.decode_rows_checked) += 1;
+    step_rows_failed += row_failed;
+  }
+  report_.rows_failed += step_rows_failed;
+  if (expected_failures) report_.rows_fault_detected += step_rows_failed;
+  if (output_fault_now_ && step_rows_failed > 0) {
+    fault_detected_[static_cast<std::size_t>(output_fault_index_)] = 1;
   }
   return Status::Ok();
 }
@@ -660,6 +969,11 @@ Status Replay::run_step(const StepBatch& batch) {
     W = std::max<std::int64_t>(W, scheduler_->request(seq.request).blocks.size());
   }
   table_width_ = W;
+  // Copies-on-write first: a source block may take this step's writes past its shared slots,
+  // and the copy must see it as it was (the mirror is refreshed from the device here).
+  for (const BlockCopy& copy : batch.copies) {
+    PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copy on write", copy_on_write(copy)));
+  }
 
   // ---- host tensors
   query_.resize(static_cast<std::size_t>(T * H * D) * esq);
@@ -677,19 +991,22 @@ Status Replay::run_step(const StepBatch& batch) {
   auto* qsl = qsl_.as<std::int32_t>();
   qsl[0] = 0;
   std::int64_t row = 0;
+  std::vector<std::int32_t> row_seq(static_cast<std::size_t>(T));
   for (std::int64_t s = 0; s < S; ++s) {
     const ScheduledSeq& seq = batch.seqs[s];
     const RequestState& r = scheduler_->request(seq.request);
     for (std::int64_t j = 0; j < seq.query_len; ++j, ++row) {
       const std::int64_t pos = seq.context_len + j;
-      fill_row(query_.host.data(), dtype_, row * H * D,
-               row_key(config_.seed, Stream::kQuery, seq.request, pos), H * D);
-      fill_row(key_.host.data(), dtype_, row * KVH * D,
-               row_key(config_.seed, Stream::kKey, seq.request, pos), KVH * D);
-      fill_row(value_.host.data(), dtype_, row * KVH * D,
-               row_key(config_.seed, Stream::kValue, seq.request, pos), KVH * D);
-      slots[row] = static_cast<std::int64_t>(r.blocks[pos / block_size_]) * block_size_ +
-                   pos % block_size_;
+      const std::int32_t block = r.blocks[pos / block_size_];
+      // Sharing's invariant: a request writes only into blocks nobody else holds.
+      if (allocator_->refcount(block) != 1) {
+        return internal(fmt::format(
+            "step {}: request {} writes position {} into block {}, which {} requests hold",
+            step, seq.request, pos, block, allocator_->refcount(block)));
+      }
+      slots[row] = static_cast<std::int64_t>(block) * block_size_ + pos % block_size_;
+      if (on_cuda_) host_stale_[static_cast<std::size_t>(block)] = 1;
+      row_seq[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(s);
       // Keys attended by this row (causal): positions 0 .. pos.
       report_.keys_attended += pos + 1;
     }
@@ -699,8 +1016,22 @@ Status Replay::run_step(const StepBatch& batch) {
     sl[s] = static_cast<std::int32_t>(seq.context_len + seq.query_len);
     qsl[s + 1] = static_cast<std::int32_t>(row);
   }
+  // Q/K/V values: millions of generated elements in a long prefill step, so on every thread.
+  parallel_for(T, std::max(1, report_.threads), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) {
+      const ScheduledSeq& seq = batch.seqs[static_cast<std::size_t>(row_seq[row])];
+      const RequestSpec& spec = scheduler_->request(seq.request).spec;
+      const std::int64_t pos = seq.context_len + (row - qsl[row_seq[row]]);
+      fill_row(query_.host.data(), dtype_, row * H * D,
+               row_key(config_.seed, Stream::kQuery, seq.request, pos), H * D);
+      fill_row(key_.host.data(), dtype_, row * KVH * D,
+               kv_row_key(config_.seed, Stream::kKey, spec, seq.request, pos), KVH * D);
+      fill_row(value_.host.data(), dtype_, row * KVH * D,
+               kv_row_key(config_.seed, Stream::kValue, spec, seq.request, pos), KVH * D);
+    }
+  });
   // Outputs start as NaN so that a row the kernel fails to write cannot pass.
-  fill_pattern(out_.host.data(), out_.host.size(), poison_element(dtype_));
+  fill_fast(out_.host.data(), out_.host.size(), poison_element(dtype_));
   std::fill(lse_.as<float>(), lse_.as<float>() + T * H, std::numeric_limits<float>::quiet_NaN());
   for (StepBuffer* b : {&query_, &key_, &value_, &out_, &lse_, &slots_, &block_table_,
                         &seq_lens_, &qsl_}) {
@@ -720,8 +1051,24 @@ Status Replay::run_step(const StepBatch& batch) {
   if (st.ok() && on_cuda_) st = cuda::device_synchronize();
   report_.write_kv_s += seconds_since(t);
   PAGEDATTN_RETURN_IF_ERROR(in_step(step, "write_kv", st));
-  if (config_.fault == FaultInjection::kCache && step == 0) {
+  // Faults: at step 0 (both kinds for kBoth), or at every fault_every-th step (kBoth: the
+  // kinds by turns).
+  bool inject_output = false, inject_cache = false;
+  if (config_.fault != FaultInjection::kNone &&
+      (config_.fault_every > 0 ? step % config_.fault_every == 0 : step == 0)) {
+    const std::int64_t turn = config_.fault_every > 0 ? step / config_.fault_every : 0;
+    const bool both = config_.fault == FaultInjection::kBoth;
+    inject_output = config_.fault == FaultInjection::kOutput ||
+                    (both && (config_.fault_every == 0 || turn % 2 == 0));
+    inject_cache = config_.fault == FaultInjection::kCache ||
+                   (both && (config_.fault_every == 0 || turn % 2 == 1));
+  }
+  output_fault_now_ = false;
+  if (inject_cache) {
     PAGEDATTN_RETURN_IF_ERROR(in_step(step, "injecting a cache fault", corrupt_cache(slots[0])));
+    corrupted_slots_[slots[0]] = static_cast<std::int64_t>(fault_detected_.size());
+    fault_detected_.push_back(0);
+    ++report_.cache_faults_injected;
   }
 
   // ---- plan and run attention
@@ -774,7 +1121,11 @@ Status Replay::run_step(const StepBatch& batch) {
   PAGEDATTN_RETURN_IF_ERROR(in_step(step, "run_attention", st));
   PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying outputs to the host", out_.download(on_cuda_)));
   PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying outputs to the host", lse_.download(on_cuda_)));
-  if (config_.fault == FaultInjection::kOutput && step == 0) {
+  if (inject_output) {
+    output_fault_now_ = true;
+    output_fault_index_ = static_cast<std::int64_t>(fault_detected_.size());
+    fault_detected_.push_back(0);
+    ++report_.output_faults_injected;
     for (std::int64_t i = 0; i < T; ++i) {
       const float v = numeric::load_as_float(out_.host.data(), dtype_, i * H * D);
       numeric::store_from_float(out_.host.data(), dtype_, i * H * D, v + 1.0f);
@@ -795,12 +1146,71 @@ Status Replay::run_step(const StepBatch& batch) {
   return Status::Ok();
 }
 
+void Replay::finish_report() {
+  ReplayReport& r = report_;
+  r.attention_flops = 4.0 * static_cast<double>(r.keys_attended) * num_heads_ * head_size_;
+  r.peak_blocks_used = allocator_->peak_used();
+  r.peak_running = scheduler_->peak_running();
+  r.contiguous_blocks_at_peak = r.peak_running * r.contiguous_blocks_per_request;
+  r.requests = scheduler_->num_requests();
+  r.prefix_hit_blocks = scheduler_->prefix_hit_blocks();
+  r.prefix_hit_tokens = scheduler_->prefix_hit_tokens();
+  r.prefix_copies = scheduler_->prefix_copies();
+  r.faults_injected = static_cast<std::int64_t>(fault_detected_.size());
+  r.faults_detected = std::count(fault_detected_.begin(), fault_detected_.end(), 1);
+  r.wall_s = seconds_since(t0_);
+}
+
+void Replay::take_sample() {
+  finish_report();
+  ReplayReport& r = report_;
+  SoakSample s;
+  s.elapsed_s = r.wall_s;
+  s.requests_finished = scheduler_->num_finished();
+  s.steps = r.steps;
+  s.tokens = tokens_done_;
+  const std::int64_t checks = r.rows_checked + r.requests_cache_checked;
+  s.checks_detected_fault = r.rows_fault_detected + r.requests_fault_detected;
+  s.checks_failed = r.rows_failed - r.rows_fault_detected + r.requests_cache_failed;
+  s.checks_passed = checks - s.checks_failed - s.checks_detected_fault;
+  s.blocks_used = allocator_->num_used();
+  s.peak_blocks_used = allocator_->peak_used();
+  s.shared_blocks = scheduler_->shared_blocks_now();
+  s.replay_device_bytes = replay_device_bytes();
+  if (on_cuda_) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cuda::device_memory_info(&free_bytes, &total_bytes, device_.index).ok()) {
+      s.device_used_bytes = static_cast<std::int64_t>(total_bytes - free_bytes);
+      r.device_used_min = r.device_used_min < 0 ? s.device_used_bytes
+                                                : std::min(r.device_used_min, s.device_used_bytes);
+      r.device_used_max = std::max(r.device_used_max, s.device_used_bytes);
+    }
+  }
+  r.blocks_used_min =
+      r.blocks_used_min < 0 ? s.blocks_used : std::min(r.blocks_used_min, s.blocks_used);
+  r.blocks_used_max = std::max(r.blocks_used_max, s.blocks_used);
+  r.peak_shared_blocks = std::max(r.peak_shared_blocks, s.shared_blocks);
+  r.samples.push_back(s);
+}
+
 Result<ReplayReport> Replay::run() {
   t0_ = std::chrono::steady_clock::now();
   PAGEDATTN_RETURN_IF_ERROR(setup());
   ReplayReport& r = report_;
-  std::int64_t tokens_done = 0;
+  std::int64_t& tokens_done = tokens_done_;
+  const bool sampling = config_.sample_interval_s > 0;
+  if (sampling) take_sample();
   while (!scheduler_->done()) {
+    // A soak keeps the queue fed, cycling through the trace, until its time is up. A short
+    // queue is enough (admission takes what the budget and the pool allow each step) and
+    // keeps what must still drain after the time is up small.
+    if (config_.duration_s > 0 && seconds_since(t0_) < config_.duration_s) {
+      while (scheduler_->num_waiting() < 16) {
+        Result<RequestSpec> spec = make_spec(next_request_);
+        if (!spec.ok()) return spec.status();
+        PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));
+      }
+    }
     Result<StepBatch> scheduled = scheduler_->schedule();
     if (!scheduled.ok()) return scheduled.status();
     const StepBatch& batch = *scheduled;
@@ -833,8 +1243,10 @@ Result<ReplayReport> Replay::run() {
 
     Result<StepOutcome> outcome = scheduler_->complete(batch);
     if (!outcome.ok()) return outcome.status();
+    const auto t_poison = std::chrono::steady_clock::now();
     PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "poisoning freed blocks",
                                       poison_blocks(outcome->freed_blocks)));
+    r.poison_s += seconds_since(t_poison);
     ++r.steps;
     tokens_done += batch.num_tokens;
     if (progress_) {
@@ -849,18 +1261,36 @@ Result<ReplayReport> Replay::run() {
       p.tokens = tokens_done;
       p.elapsed_s = seconds_since(t0_);
       p.verified_ok = r.pass;
+      if (sampling && p.elapsed_s >= next_sample_s_) {
+        take_sample();
+        p.sample = true;
+        p.report = &report_;
+        next_sample_s_ = p.elapsed_s + config_.sample_interval_s;
+      }
       progress_(p);
+    } else if (sampling && seconds_since(t0_) >= next_sample_s_) {
+      take_sample();
+      next_sample_s_ = seconds_since(t0_) + config_.sample_interval_s;
     }
   }
   if (allocator_->num_used() != 0) {
     return internal(fmt::format("replay finished with {} blocks still allocated",
                                 allocator_->num_used()));
   }
-  r.attention_flops = 4.0 * static_cast<double>(r.keys_attended) * num_heads_ * head_size_;
-  r.peak_blocks_used = allocator_->peak_used();
-  r.peak_running = scheduler_->peak_running();
-  r.contiguous_blocks_at_peak = r.peak_running * r.contiguous_blocks_per_request;
-  r.wall_s = seconds_since(t0_);
+  if (scheduler_->prefix_table_size() != 0) {
+    return internal(fmt::format("replay finished with {} prefix-table entries left",
+                                scheduler_->prefix_table_size()));
+  }
+  if (sampling) take_sample();
+  finish_report();
+  if (periodic_faults_) {
+    // Pass: every injection detected, nothing else failed.
+    r.pass = r.unexpected_failures == 0 && r.faults_detected == r.faults_injected;
+    if (r.faults_detected != r.faults_injected && r.first_failure.empty()) {
+      r.first_failure = fmt::format("{} of {} injected faults went undetected",
+                                    r.faults_injected - r.faults_detected, r.faults_injected);
+    }
+  }
   return report_;
 }
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pagedattn/kv_cache.h"
@@ -78,14 +79,21 @@ class BlockAllocator {
   /// block table).
   static Result<BlockAllocator> create(std::int64_t num_blocks, std::uint64_t seed);
 
-  /// Take the block at the front of the free list.
+  /// Take the block at the front of the free list; its reference count is 1.
   /// Error: kInvalidArgument "out of KV-cache blocks: all N in use" when none is free (the
   /// Scheduler's admission control never lets this happen).
   Result<std::int32_t> allocate();
-  /// Return `block` to the back of the free list.
+  /// Drop one reference to `block`; the last one returns it to the back of the free list.
   /// Error: kInvalidArgument for an id outside the pool or a block that is not allocated
   /// (double free); nothing changes then.
   Status free(std::int32_t block);
+  /// free(), also saying whether the block went back to the free list (its last reference).
+  Result<bool> release(std::int32_t block);
+  /// Add a reference to an allocated `block` (a prefix block shared by another request).
+  /// Error: kInvalidArgument for a block that is not allocated.
+  Status retain(std::int32_t block);
+  /// References to `block` (0 = free or outside the pool).
+  std::int32_t refcount(std::int32_t block) const;
 
   std::int64_t num_blocks() const { return static_cast<std::int64_t>(in_use_.size()); }
   std::int64_t num_free() const { return num_blocks() - num_used_; }
@@ -101,13 +109,17 @@ class BlockAllocator {
   std::int64_t head_ = 0;           // index in ring_ of the next block to hand out
   std::int64_t num_used_ = 0;
   std::int64_t peak_used_ = 0;
-  std::vector<std::uint8_t> in_use_;
+  std::vector<std::int32_t> in_use_;  // reference count per block
 };
 
 // ------------------------------------------------------------------------------ scheduler
 
 /// Lengths of one request as replayed (after clipping). Both >= 1.
 struct RequestSpec {
+  RequestSpec() = default;
+  /// Lengths only (no prefix): what `{prompt, output}` means.
+  RequestSpec(std::int64_t prompt, std::int64_t output)
+      : prompt_tokens(prompt), output_tokens(output) {}
   std::int64_t prompt_tokens = 1;
   /// Tokens generated. The prefill produces the first; each of the other output_tokens - 1
   /// needs a decode step, whose query is the previously generated token. The last generated
@@ -115,6 +127,19 @@ struct RequestSpec {
   std::int64_t output_tokens = 1;
   /// KV tokens the request holds when it finishes: prompt_tokens + output_tokens - 1.
   std::int64_t final_kv_tokens() const { return prompt_tokens + output_tokens - 1; }
+  /// Prefix identity (empty: nothing to share). prefix_chain[j] names the prompt's tokens
+  /// [0, (j + 1) * prefix_block_tokens): a hash of the trace's hash_ids[0 .. j], so two
+  /// requests with an equal entry have equal prompts up to the end of that trace block.
+  std::vector<std::uint64_t> prefix_chain;
+  /// Tokens [0, prefix_tokens) of the prompt have content that depends only on their chain
+  /// entry and position (<= prompt_tokens, <= prefix_chain.size() * prefix_block_tokens).
+  std::int64_t prefix_tokens = 0;
+  /// Tokens per chain entry (Mooncake: kMooncakeHashBlockTokens). >= 1.
+  std::int64_t prefix_block_tokens = 512;
+  /// The chain entry that names token `pos` (< prefix_tokens).
+  std::uint64_t chain_at(std::int64_t pos) const {
+    return prefix_chain[static_cast<std::size_t>(pos / prefix_block_tokens)];
+  }
 };
 
 /// Knobs of the scheduler (vLLM's max_num_batched_tokens, max_num_seqs, block_size).
@@ -128,6 +153,8 @@ struct SchedulerConfig {
   /// How error messages name the block pool; empty: "--num-blocks N" (N the allocator's
   /// size). The replay passes its automatic pool's own name, which the user never typed.
   std::string pool_name;
+  /// Share prefix blocks between requests (RequestSpec::prefix_chain): see Scheduler.
+  bool prefix_sharing = false;
 };
 
 enum class RequestPhase : std::uint8_t { kWaiting, kPrefill, kDecode, kFinished };
@@ -145,6 +172,24 @@ struct RequestState {
   /// Step in which it was admitted / finished (-1 = not yet).
   std::int64_t admitted_step = -1;
   std::int64_t finished_step = -1;
+  /// Prompt tokens found in the prefix cache at admission (not computed by this request):
+  /// shared_blocks whole blocks held by reference, plus the tokens of a copied-on-write block.
+  std::int64_t cached_tokens = 0;
+  std::int64_t shared_blocks = 0;
+  /// Blocks this request has still to allocate (admission reserved them).
+  std::int64_t allocations_left = 0;
+  /// Logical blocks [0, registered_upto) have been offered to the prefix cache.
+  std::int64_t registered_upto = 0;
+};
+
+/// A copy-on-write: the first `tokens` slots of block `src` (shared prefix content another
+/// request wrote) are copied into the new private block `dst` before the step's writes; the
+/// other slots of `dst` stay poisoned.
+struct BlockCopy {
+  std::int32_t src = 0;
+  std::int32_t dst = 0;
+  std::int32_t tokens = 0;
+  std::int32_t request = 0;  // the request that owns dst
 };
 
 /// One sequence of a step's batch.
@@ -173,6 +218,8 @@ struct StepBatch {
   /// free (admission control, the alternative to preemption); false when nothing waited or
   /// the token budget or max_seqs stopped admission.
   bool admission_blocked_by_memory = false;
+  /// Copies-on-write the step must do before writing K/V (prefix sharing only).
+  std::vector<BlockCopy> copies;
 };
 
 /// What finishing a step changed.
@@ -184,6 +231,20 @@ struct StepOutcome {
 };
 
 /// Token-budget scheduler with chunked prefill (vLLM v1 style), over a BlockAllocator.
+///
+/// Prefix sharing (config.prefix_sharing): a prefix table maps (chain entry, logical block
+/// index) to a physical block and the number of its leading slots that hold shared prefix
+/// content. A block enters the table at the end of the step that wrote its shared slots; a
+/// block that other requests may read is never written again (its shared slots are full, or
+/// it is read only through copy-on-write). At admission a request takes its leading whole
+/// blocks from the table by reference (refcount + 1, no prefill for their tokens); where its
+/// shareable prefix ends inside a block that the table holds (partly or wholly), that block's
+/// shared slots are copied into a new private block (BlockCopy) and not recomputed. The last
+/// prompt token is always computed (it yields the first output token). Policy: a block leaves
+/// the table when its last user finishes and goes back to the free list at once (no retention
+/// of unused cached blocks), so sharing happens between requests whose lives overlap.
+/// Admission counts blocks in use plus the allocations the running requests still have to
+/// make, so shared blocks are counted once and allocation still never fails.
 ///
 /// Each step: (1) every running request in its decode phase gets one token, in admission
 /// order, while the budget lasts; (2) running requests still in prefill get the next chunk of
@@ -207,8 +268,12 @@ class Scheduler {
   /// scheduler bugs).
   Result<StepBatch> schedule();
 
-  /// Record that `batch` ran: advance each request, generate tokens, and free the blocks of
-  /// requests that finished (last logical block first, so that a request's blocks re-enter the
+  /// Append a request behind the waiting ones (a soak that runs longer than the trace).
+  /// Errors: those of create() for one request; its index is num_requests() before the call.
+  Status add_request(RequestSpec spec);
+
+  /// Record that `batch` ran: advance each request, offer newly written prefix blocks to the
+  /// prefix table, generate tokens, and free the blocks of requests that finished (last logical block first, so that a request's blocks re-enter the
   /// free list tail first, as vLLM does). Error: kInternal on a batch this scheduler did not
   /// produce last.
   Result<StepOutcome> complete(const StepBatch& batch);
@@ -226,8 +291,17 @@ class Scheduler {
   std::int64_t num_finished() const { return num_finished_; }
   /// Most requests running at once so far.
   std::int64_t peak_running() const { return peak_running_; }
-  /// Blocks reserved by the running requests (sum of their final blocks).
-  std::int64_t reserved_blocks() const { return reserved_blocks_; }
+  /// Blocks in use plus those the running requests have still to allocate (without prefix
+  /// sharing: the sum of their final blocks).
+  std::int64_t reserved_blocks() const { return allocator_->num_used() + pending_allocations_; }
+  /// Prefix sharing totals: whole blocks taken by reference, copies-on-write, prompt tokens
+  /// not computed, and the table's current size.
+  std::int64_t prefix_hit_blocks() const { return prefix_hit_blocks_; }
+  std::int64_t prefix_copies() const { return prefix_copies_; }
+  std::int64_t prefix_hit_tokens() const { return prefix_hit_tokens_; }
+  std::int64_t prefix_table_size() const { return static_cast<std::int64_t>(table_.size()); }
+  /// Blocks with more than one reference now.
+  std::int64_t shared_blocks_now() const;
   /// Steps scheduled so far.
   std::int64_t steps() const { return next_step_; }
   const SchedulerConfig& config() const { return config_; }
@@ -237,6 +311,22 @@ class Scheduler {
  private:
   Scheduler() = default;
   Status grow_blocks(RequestState& r, std::int64_t tokens);
+  Status validate(const RequestSpec& spec, std::size_t index) const;
+  // Prefix table key of logical block `k` whose shared slots end at token `last` (inclusive).
+  static std::uint64_t table_key(const RequestSpec& spec, std::int64_t k, std::int64_t last);
+  // What admission would take from the table: whole blocks (physical ids) and an optional
+  // copy-on-write source with its token count.
+  struct PrefixHit {
+    std::vector<std::int32_t> blocks;
+    std::int32_t cow_src = -1;
+    std::int32_t cow_tokens = 0;
+  };
+  PrefixHit lookup(const RequestSpec& spec) const;
+  void offer_blocks(std::int32_t id, RequestState& r);
+  struct TableEntry {
+    std::int32_t block = 0;
+    std::int32_t tokens = 0;  // leading slots holding shared content
+  };
 
   SchedulerConfig config_;
   BlockAllocator* allocator_ = nullptr;
@@ -245,8 +335,14 @@ class Scheduler {
   std::int64_t next_waiting_ = 0;      // requests [next_waiting_, n) wait, in arrival order
   std::int64_t num_finished_ = 0;
   std::int64_t peak_running_ = 0;
-  std::int64_t reserved_blocks_ = 0;
+  std::int64_t pending_allocations_ = 0;
   std::int64_t next_step_ = 0;
+  std::unordered_map<std::uint64_t, TableEntry> table_;
+  std::vector<std::uint64_t> block_key_;   // per physical block: its table key when registered
+  std::vector<std::uint8_t> registered_;   // per physical block: in the table
+  std::int64_t prefix_hit_blocks_ = 0;
+  std::int64_t prefix_copies_ = 0;
+  std::int64_t prefix_hit_tokens_ = 0;
   bool batch_outstanding_ = false;
 };
 
@@ -263,11 +359,20 @@ enum class FaultInjection : std::uint8_t {
   /// oracle reads the same cache and still agrees, so only the finish-time cache check can
   /// catch it.
   kCache,
+  /// Output and cache faults by turns (with ReplayConfig::fault_every; alone: both at step 0).
+  kBoth,
 };
-/// "none", "output", "cache".
+/// "none", "output", "cache", "both".
 const char* to_string(FaultInjection fault);
 /// Inverse of to_string(FaultInjection). Error: kInvalidArgument.
 Result<FaultInjection> parse_fault_injection(const std::string& name);
+
+/// `--prefix-sharing`: auto = on when the trace has hash_ids.
+enum class PrefixSharing : std::uint8_t { kAuto, kOn, kOff };
+/// "auto", "on", "off".
+const char* to_string(PrefixSharing mode);
+/// Inverse of to_string(PrefixSharing). Error: kInvalidArgument naming the flag.
+Result<PrefixSharing> parse_prefix_sharing(const std::string& name);
 
 /// Every flag of `pagedattn run`. Zero / negative sentinels mean "derive it" as documented.
 struct ReplayConfig {
@@ -315,6 +420,20 @@ struct ReplayConfig {
   bool batch_invariant = false;
   /// Testing only: see FaultInjection.
   FaultInjection fault = FaultInjection::kNone;
+  /// > 0: inject `fault` at steps 0, N, 2N, ... and count each injection as detected (the
+  /// step's oracle check failed / the corrupted request's finish check failed) or missed,
+  /// instead of failing the run; pass then means every injection was detected and nothing
+  /// else failed. 0: one injection at step 0, which fails the run.
+  std::int64_t fault_every = 0;
+  /// Share prefix blocks between requests (Scheduler): needs a trace with hash_ids.
+  PrefixSharing prefix_sharing = PrefixSharing::kAuto;
+  /// > 0: a soak: keep admitting requests after the first `requests`, cycling through the
+  /// trace (request i replays record i mod R; pass i / R > 0 salts the prefix hashes, so
+  /// passes share nothing with each other), until this many seconds have passed; then the
+  /// running and waiting requests finish. At least `requests` requests are replayed.
+  double duration_s = 0;
+  /// > 0: seconds between soak samples (ReplayProgress::sample, ReplayReport::samples).
+  double sample_interval_s = 0;
 };
 
 /// Where a replay stands; passed to the progress callback after every step.
@@ -329,8 +448,30 @@ struct ReplayProgress {
   std::int64_t tokens = 0;         // query tokens processed so far
   double elapsed_s = 0;            // wall time since run_replay started
   bool verified_ok = true;         // no mismatch so far
+  /// True when this call took a soak sample (ReplayConfig::sample_interval_s): `report` is
+  /// then the report so far (samples included), for a periodic line and report file.
+  bool sample = false;
+  const struct ReplayReport* report = nullptr;
 };
 using ProgressFn = std::function<void(const ReplayProgress&)>;
+
+/// One soak sample: the run's counters at `elapsed_s`.
+struct SoakSample {
+  double elapsed_s = 0;
+  std::int64_t requests_finished = 0;
+  std::int64_t steps = 0;
+  std::int64_t tokens = 0;             // query tokens processed
+  std::int64_t checks_passed = 0;      // rows and finished requests whose checks passed
+  std::int64_t checks_failed = 0;      // ... failed for a reason other than an injection
+  std::int64_t checks_detected_fault = 0;  // ... failed only because of an injected fault
+  std::int64_t blocks_used = 0;
+  std::int64_t peak_blocks_used = 0;
+  std::int64_t shared_blocks = 0;      // blocks held by more than one request
+  /// CUDA: device bytes in use (cudaMemGetInfo total - free, the whole device); -1 on the CPU.
+  std::int64_t device_used_bytes = -1;
+  /// Bytes the replay itself holds on the device (cache, step tensors, workspace).
+  std::int64_t replay_device_bytes = 0;
+};
 
 /// Everything `pagedattn run` reports. Times in seconds, memory in blocks unless named bytes.
 struct ReplayReport {
@@ -384,6 +525,7 @@ struct ReplayReport {
   double write_kv_s = 0;
   double plan_s = 0;
   double verify_s = 0;      // oracle + cache check
+  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: two copies per block)
   double wall_s = 0;        // whole run_replay
   /// 4 * sum over query rows of (keys attended) * num_heads * head_size: the multiply-adds of
   /// QK^T and PV, counted as 2 flops each.
@@ -426,6 +568,36 @@ struct ReplayReport {
   std::int64_t cache_tokens_checked = 0;
   std::int64_t cache_mismatches = 0;       // elements that differ
   std::string first_failure;               // empty when pass
+  /// Rows with at least one failing element; finished requests whose cache check ran / failed.
+  std::int64_t rows_failed = 0;
+  std::int64_t requests_cache_checked = 0;
+  std::int64_t requests_cache_failed = 0;     // with a mismatch no injection explains
+  /// Checks that failed only because of an injected fault (fault_every > 0): rows of output-
+  /// fault steps, finished requests whose only mismatches were injected cache faults.
+  std::int64_t rows_fault_detected = 0;
+  std::int64_t requests_fault_detected = 0;
+  // ---- prefix sharing
+  bool prefix_sharing = false;
+  /// Sum over requests of the prompt tokens whose content is named by the trace's hash_ids.
+  std::int64_t prefix_tokens = 0;
+  /// Block allocations saved (whole blocks taken from the prefix table by reference).
+  std::int64_t prefix_hit_blocks = 0;
+  /// Prompt tokens not computed (in shared blocks or copied on write).
+  std::int64_t prefix_hit_tokens = 0;
+  std::int64_t prefix_copies = 0;          // copies-on-write of a partial last block
+  std::int64_t peak_shared_blocks = 0;     // most blocks held by > 1 request at once (sampled)
+  // ---- soak
+  double duration_s = 0;                   // asked for (0 = no soak)
+  std::int64_t trace_passes = 1;           // passes over the trace's records (started)
+  std::int64_t faults_injected = 0;
+  std::int64_t faults_detected = 0;
+  std::int64_t output_faults_injected = 0;
+  std::int64_t cache_faults_injected = 0;
+  /// Failures not explained by an injected fault (fault_every > 0 only; else all count).
+  std::int64_t unexpected_failures = 0;
+  std::vector<SoakSample> samples;
+  std::int64_t device_used_min = -1, device_used_max = -1;   // over samples; -1 on the CPU
+  std::int64_t blocks_used_min = -1, blocks_used_max = -1;   // over samples
   /// Every check passed (true when verification is off).
   bool pass = true;
 };

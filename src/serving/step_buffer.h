@@ -29,6 +29,7 @@ class DeviceMemory {
     return Status::Ok();
   }
   void* get() const { return ptr_; }
+  std::size_t capacity() const { return capacity_; }
 
  private:
   void release() {

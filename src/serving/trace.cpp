@@ -398,6 +398,30 @@ Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const st
                         fmt::format("timestamp = {} ms is earlier than line {}'s {} ms: {}",
                                     values[0], prev_line, prev_ms, kOrderRule));
     }
+    if (const auto it = obj.find("hash_ids"); it != obj.end()) {
+      if (!it->is_array()) {
+        return line_error(source, line_no,
+                          fmt::format("field \"hash_ids\" = {}: expected an array of integers",
+                                      quoted(std::string_view(it->dump()))));
+      }
+      // Ids past the prompt's last block name blocks that hold no token: ignored (kept out of
+      // the record), as the replay could not use them.
+      const auto max_ids = static_cast<std::size_t>(
+          (rec.prompt_tokens + kMooncakeHashBlockTokens - 1) / kMooncakeHashBlockTokens);
+      rec.hash_ids.reserve(std::min(it->size(), max_ids));
+      for (std::size_t k = 0; k < it->size(); ++k) {
+        const nlohmann::json& id = (*it)[k];
+        if (!id.is_number_integer() || (id.is_number_unsigned() &&
+                                        id.get<std::uint64_t>() > static_cast<std::uint64_t>(
+                                            std::numeric_limits<std::int64_t>::max())) ||
+            id.get<std::int64_t>() < 0) {
+          return line_error(source, line_no,
+                            fmt::format("hash_ids[{}] = {}: expected an integer in [0, 2^63)", k,
+                                        quoted(std::string_view(id.dump()))));
+        }
+        if (k < max_ids) rec.hash_ids.push_back(id.get<std::int64_t>());
+      }
+    }
     prev_ms = values[0];
     prev_line = line_no;
     rec.arrival_s = static_cast<double>(values[0] - first_ms) * 1e-3;
@@ -470,6 +494,8 @@ Result<Trace> load_trace(const std::string& name_or_path, std::int64_t max_recor
                                              : parse_mooncake_jsonl(in, source, max_records);
   if (!records.ok()) return records.status();
   trace.records = std::move(records).value();
+  trace.has_hash_ids = std::any_of(trace.records.begin(), trace.records.end(),
+                                   [](const TraceRecord& r) { return !r.hash_ids.empty(); });
   // Stopping at max_records leaves the rest unread; say so, so that nobody reports the
   // truncated count as the file's size.
   if (max_records > 0 && static_cast<std::int64_t>(trace.records.size()) == max_records) {

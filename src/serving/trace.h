@@ -23,7 +23,16 @@ struct TraceRecord {
   /// Tokens the service generated for it: its decode. >= 0, and prompt_tokens +
   /// output_tokens <= 2^31 - 1 (the request's KV length has to fit int32 seq_lens).
   std::int64_t output_tokens = 0;
+  /// Mooncake `hash_ids`: one id per kMooncakeHashBlockTokens tokens of the prompt (the last
+  /// one covers the partial rest); equal ids at the same index with equal ids before them mean
+  /// an equal prompt prefix (prefix blocks shared between requests). Empty when the trace has
+  /// none (Azure traces, Mooncake lines without the field).
+  std::vector<std::int64_t> hash_ids;
 };
+
+/// Tokens covered by one Mooncake hash id (the Mooncake release's block size; see
+/// data/README.md and ../shared/traces/README.md).
+inline constexpr std::int64_t kMooncakeHashBlockTokens = 512;
 
 /// File formats pagedattn reads.
 enum class TraceFormat : std::uint8_t {
@@ -31,7 +40,7 @@ enum class TraceFormat : std::uint8_t {
   /// and rows like `2023-11-16 18:15:46.6805900,374,44` (UTC wall time, fraction up to 9 digits).
   kAzureCsv,
   /// Mooncake (Kimi) trace: one JSON object per line with integer `timestamp` (milliseconds),
-  /// `input_length`, `output_length` and optional `hash_ids` (ignored here).
+  /// `input_length`, `output_length` and optional `hash_ids` (TraceRecord::hash_ids).
   kMooncakeJsonl,
 };
 
@@ -47,6 +56,8 @@ struct Trace {
   TraceFormat format = TraceFormat::kAzureCsv;
   /// Records in file order, which is arrival order; at most the `max_records` asked for.
   std::vector<TraceRecord> records;
+  /// True when some record has hash_ids (the replay can share prefix blocks).
+  bool has_hash_ids = false;
   /// True when loading stopped at `max_records` before the end of the file (so the file's
   /// full record count is unknown).
   bool truncated = false;
@@ -87,7 +98,9 @@ Result<std::vector<TraceRecord>> parse_azure_csv(std::istream& in, const std::st
 /// Parse a Mooncake JSON-lines trace from `in`; conventions and errors as parse_azure_csv
 /// (invalid JSON, NaN and Infinity included; a line that is not an object; a missing or
 /// non-integer `timestamp` (milliseconds, >= 0, never decreasing), `input_length` or
-/// `output_length`; counts outside [0, 2^31) or adding up to 2^31 or more).
+/// `output_length`; counts outside [0, 2^31) or adding up to 2^31 or more; a `hash_ids` that
+/// is not an array of integers in [0, 2^63) or has more than
+/// ceil(input_length / kMooncakeHashBlockTokens) entries).
 Result<std::vector<TraceRecord>> parse_mooncake_jsonl(std::istream& in, const std::string& source,
                                                       std::int64_t max_records = 0);
 

@@ -44,4 +44,11 @@ namespace pagedattn::cuda {
 Status copy_to_device(void* device_dst, const void* host_src, std::size_t bytes);
 Status copy_to_host(void* host_dst, const void* device_src, std::size_t bytes);
 Status device_synchronize(int device = -1);
+/// Device-to-device copy on the legacy default stream of the device that owns `device_dst`
+/// (returns before the copy is done; later work on that stream, and the copies above, are
+/// ordered after it). Errors as device_synchronize.
+Status copy_device_to_device(void* device_dst, const void* device_src, std::size_t bytes);
+/// Free and total bytes of `device` (-1: the current one), as cudaMemGetInfo reports them
+/// (the whole device, other processes included). Errors as device_synchronize.
+Status device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes, int device = -1);
 }  // namespace pagedattn::cuda

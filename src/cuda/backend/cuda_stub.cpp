@@ -33,5 +33,7 @@ void device_free(void*) {}
 Status copy_to_device(void*, const void*, std::size_t) { return no_cuda(); }
 Status copy_to_host(void*, const void*, std::size_t) { return no_cuda(); }
 Status device_synchronize(int) { return no_cuda(); }
+Status device_memory_info(std::size_t*, std::size_t*, int) { return no_cuda(); }
+Status copy_device_to_device(void*, const void*, std::size_t) { return no_cuda(); }
 
 }  // namespace pagedattn::cuda

@@ -151,6 +151,23 @@ Status device_synchronize(int device) {
   return Status::Ok();
 }
 
+Status copy_device_to_device(void* device_dst, const void* device_src, std::size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  DeviceGuard guard(owner_device(device_dst));
+  PA_CUDA_RETURN(guard.status(), "copy_device_to_device: cudaSetDevice");
+  PA_CUDA_RETURN(cudaMemcpy(device_dst, device_src, bytes, cudaMemcpyDeviceToDevice),
+                 "cudaMemcpy device to device");
+  return Status::Ok();
+}
+
+Status device_memory_info(std::size_t* free_bytes, std::size_t* total_bytes, int device) {
+  PAGEDATTN_RETURN_IF_ERROR(no_device("device_memory_info"));
+  DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "device_memory_info: cudaSetDevice");
+  PA_CUDA_RETURN(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+  return Status::Ok();
+}
+
 // ------------------------------------------------------------------ merge of two states
 
 namespace {
