@@ -40,6 +40,7 @@ struct BenchFlags {
   std::string json;
   std::uint64_t seed = 1;
   int splits = 0;
+  bool no_wgmma = false;
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -115,9 +116,11 @@ int run_bench(const BenchFlags& f) {
     if (wanted(w)) all.push_back(w);
   for (auto& w : bench::sweep_workloads(*layout))
     if (wanted(w) || f.sweep) all.push_back(w);
+  for (auto& w : bench::prefill_workloads(*layout))
+    if (wanted(w)) all.push_back(w);
   const char* names_help =
       " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; groups: "
-      "standard, trace, sweep-ctx, sweep-batch, all)";
+      "standard, trace, sweep-ctx, sweep-batch, prefill (P-chunks-8k, P-fresh-8k, ...), all)";
   for (const std::string& name : wanted_list)
     if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
   if (all.empty()) return usage("--workloads '" + f.workloads + "' selects nothing" + names_help);
@@ -166,8 +169,8 @@ int run_bench(const BenchFlags& f) {
           : "flushed before each call by a write and a read of 2 x L2 (left clean)";
   fmt::print("timing: CUDA events, median of {} calls after {} warm-up, L2 {}\n\n", f.iters,
              f.warmup, flush_text);
-  fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {}\n", "workload", "description",
-             "us", "graph us", "GB/s", "%ceil", "splits", "kernel");
+  fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}  {}\n", "workload",
+             "description", "us", "graph us", "GB/s", "%ceil", "TFLOP/s", "splits", "kernel");
 
   cuda::bench::TimingOptions timing{f.warmup, f.iters, flush};
   std::vector<bench::BenchResult> results;
@@ -175,6 +178,7 @@ int run_bench(const BenchFlags& f) {
   Status first_failure = Status::Ok();
   PlanOptions plan_options;
   plan_options.num_splits = f.splits;
+  plan_options.no_wgmma_prefill = f.no_wgmma;
   for (const auto& w : all) {
     auto r = bench::run_workload(w, 0, timing, *ceiling, f.seed, plan_options);
     if (!r.ok()) {
@@ -182,10 +186,11 @@ int run_bench(const BenchFlags& f) {
       if (failures++ == 0) first_failure = r.status();
       continue;
     }
-    fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {}\n", w.name,
+    fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7.1f} {:>7}  {}\n", w.name,
                w.description, r->median_us,
                r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
-               r->gbps, r->pct_of_ceiling, r->choice.num_splits, kernel_label(r->choice));
+               r->gbps, r->pct_of_ceiling, r->tflops, r->choice.num_splits,
+               kernel_label(r->choice));
     std::fflush(stdout);
     results.push_back(*r);
   }
@@ -225,6 +230,7 @@ int run_bench(const BenchFlags& f) {
     row["bytes"] = r.bytes;
     row["gbps"] = r.gbps;
     row["pct_of_ceiling"] = r.pct_of_ceiling;
+    row["tflops"] = r.tflops;
     // The kernels that ran ("decode + prefill" when a mixed batch splits its rows), as in the
     // table; plan_kernel is KernelChoice::kernel, for a mixed batch the tiled fallback that
     // unaligned tensors would take.
@@ -288,6 +294,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");
+  cmd->add_flag("--no-wgmma", flags->no_wgmma,
+                "keep the mma.sync prefill kernel on Hopper (PlanOptions::no_wgmma_prefill), "
+                "to compare it with the wgmma one");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
   cmd->footer(exit_status_help(/*can_mismatch=*/false));

@@ -275,6 +275,7 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   d["threads_per_block"] = c.threads_per_block;
   d["decode_rows_fast_path"] = c.decode_rows_fast_path;
   d["prefill_rows_mma"] = c.prefill_rows_mma;
+  d["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
   d["reason"] = c.reason;
   d["workspace_bytes"] = p.plan.workspace_bytes();
   nb::dict batch;

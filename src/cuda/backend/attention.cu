@@ -13,6 +13,7 @@
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
+#include "src/cuda/prefill/prefill_wgmma.h"
 #include "src/cuda/tiled/cuda_config.h"
 #include "src/cuda/tiled/tiled_launch.h"
 
@@ -44,6 +45,9 @@ struct CudaPlan {
   int prefill_stages = 0;
   std::int64_t prefill_mma_tiles = 0;
   std::int64_t prefill_mma_all_tiles = 0;
+  /// The rows above go to the wgmma prefill kernel (KernelChoice::prefill_rows_wgmma); the
+  /// tile counts are then its 128-row tiles.
+  bool prefill_wgmma = false;
 };
 
 }  // namespace
@@ -107,9 +111,21 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
                                            &why_prefill);
   }
+  // The Hopper prefill kernel where it runs (it also takes head 256, which prefill_mma does
+  // not); the same forced options keep the tiled kernel.
+  std::string why_wgmma;
+  bool wgmma = false;
+  if (problem.batch.num_prefill_seqs > 0) {
+    if (options.tile_tokens > 0 || options.num_splits > 0)
+      why_wgmma = why_prefill;
+    else if (options.no_wgmma_prefill)
+      why_wgmma = "no_wgmma_prefill set";
+    else
+      wgmma = prefill_wgmma_supported(problem, device_info, &why_wgmma);
+  }
   // The split merge would also visit decode rows; and a tiled kernel that is only the
   // fallback of the prefill kernel should not size the workspace for splits.
-  if (rows_fast || prefill_fast) tiled_options.num_splits = 1;
+  if (rows_fast || prefill_fast || wgmma) tiled_options.num_splits = 1;
   auto c = tiled_choose(problem, device_info, tiled_options);
   if (!c.ok()) return c;
   if (rows_fast) c->decode_rows_fast_path = true;
@@ -117,7 +133,30 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                       " decode rows run on the decode fast path"
                 : "decode fast path not used: " + why_not;
-  if (prefill_fast) {
+  if (wgmma) {
+    c->prefill_rows_mma = true;
+    c->prefill_rows_wgmma = true;
+    std::string r = "Hopper tensor-core prefill kernel (cuda_prefill_wgmma) for the prefill rows of " +
+                    std::to_string(problem.batch.num_prefill_seqs) +
+                    " chunk(s): 128 (query token, query head) rows per CTA (two warpgroups of "
+                    "64) with the GQA group of " +
+                    std::to_string(problem.gqa_ratio()) +
+                    " flattened into them, wgmma m64nNk16 for QK^T (both operands in shared "
+                    "memory) and PV (P in registers), fp32 accumulation, " +
+                    std::to_string(prefill_wgmma_stages(problem.head_size)) +
+                    "-stage cp.async pipeline of 128-token K/V tiles (independent of block_size " +
+                    std::to_string(problem.block_size) + "), " +
+                    std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
+                    " bytes of shared memory, no KV split; ";
+    if (rows_fast)
+      r += decode_note;
+    else if (problem.batch.num_decode_seqs > 0)
+      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
+           " decode rows run on it too (" + decode_note + ")";
+    else
+      r += "no decode rows";
+    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
+  } else if (prefill_fast) {
     c->prefill_rows_mma = true;
     const int stages =
         prefill_mma_stages(problem.head_size, device_info.max_shared_memory_per_block);
@@ -138,11 +177,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
            " decode rows run on it too (" + decode_note + ")";
     else
       r += "no decode rows";
-    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
+    c->reason = r + "; wgmma prefill kernel not used: " + why_wgmma +
+                "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else {
     c->reason += "; " + decode_note;
     if (problem.batch.num_prefill_seqs > 0)
-      c->reason += "; tensor-core prefill kernel not used: " + why_prefill;
+      c->reason += "; tensor-core prefill kernel not used: " + why_prefill +
+                   " (wgmma prefill kernel: " + why_wgmma + ")";
   }
   return c;
 }
@@ -213,20 +254,28 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     const auto* qsl = static_cast<const std::int32_t*>(host.query_start_loc.data);
     const std::int64_t qs = host.query_start_loc.strides[0];
     const int gqa = problem.gqa_ratio();
+    plan->prefill_wgmma = state->choice.prefill_rows_wgmma;
     plan->prefill_stages = prefill_mma_stages(problem.head_size, info->max_shared_memory_per_block);
-    plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
-    plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    if (plan->prefill_wgmma) {
+      plan->prefill_mma_tiles = prefill_wgmma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+      plan->prefill_mma_all_tiles = prefill_wgmma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    } else {
+      plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+      plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    }
     std::string why;
     if (!prefill_mma_aligned_strides(args))
       why = "strides are not multiples of 8 elements";
     else if (plan->prefill_mma_all_tiles > INT_MAX)
       why = std::to_string(plan->prefill_mma_all_tiles) + " row tiles exceed the grid limit";
-    else if (plan->prefill_stages == 0)
+    else if (!plan->prefill_wgmma && plan->prefill_stages == 0)
       why = "the device's shared memory is too small";
     if (why.empty()) {
       plan->prefill_mma = true;
     } else {
       state->choice.prefill_rows_mma = false;
+      state->choice.prefill_rows_wgmma = false;
+      plan->prefill_wgmma = false;
       state->choice.reason += " (tensor-core prefill kernel not taken: " + why + ")";
     }
   }
@@ -287,6 +336,12 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
       PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
           args, plan.geometry.block_size, cp->decode,
           static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
+    if (cp->prefill_wgmma)
+      return prefill_wgmma_run(args, plan.geometry.block_size,
+                               fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                               fast ? 2 : 1,
+                               static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
+                               stream);
     return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
                            fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
                            fast ? 2 : 1,
