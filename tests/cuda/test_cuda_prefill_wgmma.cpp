@@ -17,6 +17,8 @@
 // Without a GPU every test skips.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <ostream>
 #include <string>
@@ -273,6 +275,31 @@ TEST(CudaPrefillWgmmaSelect, OptionKeepsPrefillMma) {
   EXPECT_TRUE(r.choice.prefill_rows_mma) << r.choice.reason;
   EXPECT_FALSE(r.choice.prefill_rows_wgmma) << r.choice.reason;
   EXPECT_TRUE(r.pass) << r.detail;
+}
+
+// The measurement knob PAGEDATTN_EXPERIMENT_WGMMA_TILE=64 (head 128 with 64-token tiles in 4
+// stages): the same cases pass with it.
+TEST(CudaPrefillWgmmaSelect, SmallTileExperimentMatchesOracle) {
+  PA_SKIP_WITHOUT_SM90();
+  ASSERT_EQ(setenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE", "64", 1), 0);
+  const KVLayout nhd = KVLayout::kNHD, hnd = KVLayout::kHND;
+  std::vector<CaseConfig> cases = {
+      wcase(nhd, 128, b16, 32, 8, 16, {{39, 2}, {115, 15}, {200, 64}, {300, 65}, {140, 127}},
+            "small_edges"),
+      wcase(hnd, 128, f16, 8, 2, 128, {{3000, 1}, {2500, 190}, {129, 128}}, "small_bs128"),
+  };
+  cases.push_back(wcase(hnd, 128, b16, 20, 4, 16, {{300, 300}, {700, 200}}, "small_window"));
+  cases.back().sliding_window = 64;
+  cases.back().sinks = true;
+  for (CaseConfig& c : cases) {
+    c = named(c);
+    SCOPED_TRACE(c.name);
+    const testing::CaseResult r = testing::run_case(c);
+    EXPECT_NE(r.choice.reason.find("PAGEDATTN_EXPERIMENT_WGMMA_TILE"), std::string::npos)
+        << r.choice.reason;
+    expect_wgmma_passes(c);
+  }
+  unsetenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE");
 }
 
 // The split layout (not on the wgmma kernel yet) stays on prefill_mma, and says why.

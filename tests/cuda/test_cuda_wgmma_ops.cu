@@ -93,6 +93,10 @@ __global__ void wgmma_probe(const __nv_bfloat16* a, const __nv_bfloat16* b,
     const int col = (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
     o[row * K + col] = acc[i];
   }
+#elif defined(__CUDA_ARCH__)
+  // Built without sm_90a features (an arch list without "90a"): fail loudly, never return
+  // garbage.
+  __trap();
 #endif
 }
 

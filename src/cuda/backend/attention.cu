@@ -144,10 +144,16 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     " flattened into them, wgmma m64nNk16 for QK^T (both operands in shared "
                     "memory) and PV (P in registers), fp32 accumulation, " +
                     std::to_string(prefill_wgmma_stages(problem.head_size)) +
-                    "-stage cp.async pipeline of 128-token K/V tiles (independent of block_size " +
+                    "-stage cp.async pipeline of " +
+                    std::to_string(prefill_wgmma_tile_tokens(problem.head_size)) +
+                    "-token K/V tiles (independent of block_size " +
                     std::to_string(problem.block_size) + "), " +
                     std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
-                    " bytes of shared memory, no KV split; ";
+                    " bytes of shared memory, no KV split; " +
+                    (problem.head_size == 128 && prefill_wgmma_experiment_small_tiles()
+                         ? "PAGEDATTN_EXPERIMENT_WGMMA_TILE=64: 4 stages of 64-token tiles "
+                           "instead; "
+                         : "");
     if (rows_fast)
       r += decode_note;
     else if (problem.batch.num_decode_seqs > 0)

@@ -17,6 +17,8 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "src/cuda/common/cache_index.h"
@@ -358,15 +360,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
       p.lse[tok * p.l_tok + head * p.l_head] =
           l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : NAN;
   }
+#elif defined(__CUDA_ARCH__)
+  // Built without sm_90a features (an arch list without "90a"): fail loudly, never return
+  // garbage.
+  __trap();
 #endif
 }
 
-template <class T, int HEAD>
-Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
-  constexpr int STAGES = prefill_wgmma_stages(HEAD);
-  constexpr int TOK = prefill_wgmma_tile_tokens(HEAD);
+template <class T, int HEAD, int TOK, int STAGES>
+Status launch_tiles(const WgParams& p, std::int64_t row_tiles, int num_kv_heads,
+                    cudaStream_t stream) {
   auto kernel = prefill_wgmma_kernel<T, HEAD, TOK, STAGES>;
-  const int smem = static_cast<int>(prefill_wgmma_smem_bytes(HEAD));
+  const int smem = static_cast<int>(prefill_wgmma_smem_bytes(HEAD, TOK, STAGES));
   // Per function and device, not a stream operation: legal during graph capture.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                  "prefill_wgmma: cudaFuncSetAttribute");
@@ -376,7 +381,22 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
   return Status::Ok();
 }
 
+template <class T, int HEAD>
+Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
+  if constexpr (HEAD == 128) {
+    if (prefill_wgmma_experiment_small_tiles())
+      return launch_tiles<T, HEAD, 64, 4>(p, row_tiles, num_kv_heads, stream);
+  }
+  return launch_tiles<T, HEAD, prefill_wgmma_tile_tokens(HEAD), prefill_wgmma_stages(HEAD)>(
+      p, row_tiles, num_kv_heads, stream);
+}
+
 }  // namespace
+
+bool prefill_wgmma_experiment_small_tiles() {
+  const char* e = std::getenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE");
+  return e != nullptr && std::string(e) == "64";
+}
 
 Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t row_tiles,
                          int min_query_len, void* workspace, Stream stream) {

@@ -46,12 +46,21 @@ constexpr int prefill_wgmma_stages(int head_size) { return head_size <= 64 ? 3 :
 /// elements), `stages` K and V tiles of prefill_wgmma_tile_tokens tokens, the block id and
 /// in-block offset (2 x int32) of every tile token per stage, and 1024 bytes to align the
 /// swizzled tiles.
-constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
-  const std::int64_t tok = prefill_wgmma_tile_tokens(head_size);
-  const std::int64_t tile = tok * head_size * 2;
+constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size, int tile_tokens, int stages) {
+  const std::int64_t tile = std::int64_t{tile_tokens} * head_size * 2;
   const std::int64_t q = std::int64_t{kWgmmaRowsPerCta} * head_size * 2;
-  return 1024 + q + prefill_wgmma_stages(head_size) * (2 * tile + tok * 8);
+  return 1024 + q + stages * (2 * tile + std::int64_t{tile_tokens} * 8);
 }
+constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
+  return prefill_wgmma_smem_bytes(head_size, prefill_wgmma_tile_tokens(head_size),
+                                  prefill_wgmma_stages(head_size));
+}
+
+/// Measurement knob, temporary (issue 23, until the GPU numbers decide): with the environment
+/// variable PAGEDATTN_EXPERIMENT_WGMMA_TILE=64, head 128 runs with 64-token tiles in 4 stages
+/// (more bytes in flight, smaller S GEMMs) instead of 128-token tiles in 2. Same results
+/// (bit for bit only within one setting). True when set.
+bool prefill_wgmma_experiment_small_tiles();
 
 /// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
 /// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
