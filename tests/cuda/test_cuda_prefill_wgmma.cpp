@@ -277,11 +277,12 @@ TEST(CudaPrefillWgmmaSelect, OptionKeepsPrefillMma) {
   EXPECT_TRUE(r.pass) << r.detail;
 }
 
-// The measurement knob PAGEDATTN_EXPERIMENT_WGMMA_TILE=64 (head 128 with 64-token tiles in 4
-// stages): the same cases pass with it.
-TEST(CudaPrefillWgmmaSelect, SmallTileExperimentMatchesOracle) {
+// The measurement knob PAGEDATTN_EXPERIMENT_WGMMA_TILE=64 / 64overlap (head 128 with 64-token
+// tiles in 4 stages, without / with the PV-softmax overlap): the same cases pass with it.
+class CudaPrefillWgmmaExperiment : public ::testing::TestWithParam<const char*> {};
+TEST_P(CudaPrefillWgmmaExperiment, MatchesOracle) {
   PA_SKIP_WITHOUT_SM90();
-  ASSERT_EQ(setenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE", "64", 1), 0);
+  ASSERT_EQ(setenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE", GetParam(), 1), 0);
   const KVLayout nhd = KVLayout::kNHD, hnd = KVLayout::kHND;
   std::vector<CaseConfig> cases = {
       wcase(nhd, 128, b16, 32, 8, 16, {{39, 2}, {115, 15}, {200, 64}, {300, 65}, {140, 127}},
@@ -301,6 +302,7 @@ TEST(CudaPrefillWgmmaSelect, SmallTileExperimentMatchesOracle) {
   }
   unsetenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE");
 }
+INSTANTIATE_TEST_SUITE_P(Knob, CudaPrefillWgmmaExperiment, ::testing::Values("64", "64overlap"));
 
 // The split layout (not on the wgmma kernel yet) stays on prefill_mma, and says why.
 TEST(CudaPrefillWgmmaSelect, SplitLayoutStaysOnPrefillMma) {

@@ -67,7 +67,10 @@ struct WgParams {
   const int* tile_start;  // [num_seqs + 1], written by launch_tile_prefix
 };
 
-template <class T, int HEAD, int TOK, int STAGES>
+// OVERLAP: the PV GEMM of a tile is issued together with the S GEMM of the next one, so that
+// the softmax of a tile runs while the tensor cores multiply the previous one (the V tile of
+// tile j stays in use during tile j + 1: the loads run one stage less ahead).
+template <class T, int HEAD, int TOK, int STAGES, bool OVERLAP>
 __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const WgParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int ROWS = kWgmmaRowsPerCta;
@@ -79,7 +82,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
   constexpr int KREP = TOK * CH / NT;
   static_assert(NT == 256 && ROWS == 128, "2 warpgroups x 64 rows");
   static_assert(TOK == 64 || TOK == 128, "key tiles: the N of one wgmma, rows of the id slots");
-  static_assert(STAGES >= 2, "the pipeline needs two stages");
+  constexpr int LAG = OVERLAP ? 1 : 0;  // tiles whose V is still read after their iteration
+  static_assert(STAGES >= 2 + LAG, "the pipeline needs two stages beyond the lag");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem_al = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
@@ -162,17 +166,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
     }
   };
 
-  // ---- prologue: ids of the first STAGES tiles, the query tile, tiles 0 .. STAGES-2
+  // ---- prologue: ids of the first STAGES - LAG tiles, the query tile, tiles
+  // 0 .. STAGES-2-LAG. Tile t lives in stage t % STAGES; iteration it issues tile
+  // it + STAGES - 1 - LAG and, at its end, stores the ids of tile it + STAGES - LAG.
   int nblk = -1, noff = 0;
   if (tid < TOK) {
 #pragma unroll
-    for (int st = 0; st < STAGES; ++st) {
+    for (int st = 0; st < STAGES - LAG; ++st) {
       int b, o;
       fetch_id(st, &b, &o);
       sBlk[st * TOK + tid] = b;
       sOff[st * TOK + tid] = o;
     }
-    fetch_id(STAGES, &nblk, &noff);
+    fetch_id(STAGES - LAG, &nblk, &noff);
   }
 #pragma unroll
   for (int k = 0; k < ROWS * CH / NT; ++k) {
@@ -192,7 +198,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
   cp_async_commit();
   __syncthreads();  // ids visible
 #pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
+  for (int st = 0; st < STAGES - 1 - LAG; ++st) {
     if (st < ntiles) issue_tile(st);
     cp_async_commit();
   }
@@ -298,12 +304,112 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
     wgmma::fence_operand(o);
   };
 
+  // OVERLAP state: the P fragments of the last computed tile and its stage, whose PV GEMM
+  // is not issued yet (warpgroup-uniform).
+  unsigned a_prev[PSTEPS][4];
+  int prev_stage = 0;
+  bool pending = false;
+  auto issue_pv = [&](const unsigned (&a)[PSTEPS][4], int stage) {
+    const std::uint32_t v_addr = smem_addr(sV + stage * TILE);
+#pragma unroll
+    for (int kk = 0; kk < PSTEPS; ++kk)
+      wgmma::rs<T, HEAD, 1>(o, a[kk], wgmma::desc(v_addr + kk * 2048, TOK * 128, 1024), 1);
+    wgmma::commit();
+    wgmma::fence_operand(o);
+  };
+  auto flush_pv = [&]() {
+    if (!pending) return;
+    wgmma::fence_operand(o);
+    wgmma::fence();
+    issue_pv(a_prev, prev_stage);
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+    pending = false;
+  };
+  auto overlap_tile = [&](int stage, int t0, auto mask_tag) {
+    constexpr bool MASK = decltype(mask_tag)::value;
+    const std::uint32_t k_addr = smem_addr(sK + stage * TILE);
+    float sc[TOK / 2];
+    wgmma::fence_operand(o);
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      const std::uint32_t kb = (ks >> 2) * (TOK * 128) + (ks & 3) * 32;
+      const std::uint32_t qb = (ks >> 2) * (ROWS * 128) + (ks & 3) * 32;
+      wgmma::ss<T, TOK>(sc, wgmma::desc(q_addr + qb, 16, 1024), wgmma::desc(k_addr + kb, 16, 1024),
+                        ks > 0 ? 1 : 0);
+    }
+    wgmma::commit();
+    if (pending) {
+      issue_pv(a_prev, prev_stage);  // runs while this tile's softmax does
+      wgmma::wait<1>();              // the S GEMM (committed first) is done
+    } else {
+      wgmma::wait<0>();
+    }
+    wgmma::fence_operand(sc);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < TOK / 2; ++i) {
+      const int h = (i >> 1) & 1;
+      const int j = t0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+      float z = p.softcap > 0.f ? p.cap_log2 * tanhf(sc[i] * p.cap_arg) : sc[i] * p.scale_log2;
+      if (p.alibi != nullptr) z += slope[h] * static_cast<float>(j - qpos[h]);
+      if (MASK && !(j <= qpos[h] && (p.window <= 0 || qpos[h] - j < p.window))) z = -INFINITY;
+      sc[i] = z;
+      mx[h] = fmaxf(mx[h], z);
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      corr[h] = m_new == -INFINITY ? 1.f : exp2f(m_run[h] - m_new);
+      m_run[h] = m_new;
+      base[h] = softmax_base(m_new);
+    }
+    float ps[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < TOK / 2; ++i) {
+      const int h = (i >> 1) & 1;
+      const float pv = exp2f(sc[i] - base[h]);
+      sc[i] = pv;
+      ps[h] += pv;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + ps[h];
+    // a_prev is still read by the PV GEMM in flight: the new P goes elsewhere until it landed.
+    unsigned a_cur[PSTEPS][4];
+#pragma unroll
+    for (int kk = 0; kk < PSTEPS; ++kk) {
+      a_cur[kk][0] = mma::pack2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
+      a_cur[kk][1] = mma::pack2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
+      a_cur[kk][2] = mma::pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
+      a_cur[kk][3] = mma::pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+    // The previous tile's PV must have landed before O moves to this tile's maximum.
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+#pragma unroll
+    for (int kk = 0; kk < PSTEPS; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        asm volatile("" : "+r"(a_prev[kk][e])::"memory");  // live until the wait above
+        a_prev[kk][e] = a_cur[kk][e];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < HEAD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+    prev_stage = stage;
+    pending = true;
+  };
+
   for (int it = 0; it < ntiles; ++it) {
-    cp_async_wait<STAGES - 2>();  // tile it (and the query) landed: this thread's copies
-    wgmma::fence_proxy_async();   // ... visible to the tensor cores' async proxy
-    __syncthreads();              // ... everyone's; and stage (it - 1) % STAGES is free
+    cp_async_wait<STAGES - 2 - LAG>();  // tile it (and the query) landed: this thread's copies
+    wgmma::fence_proxy_async();         // ... visible to the tensor cores' async proxy
+    __syncthreads();  // ... everyone's; and stage (it - 1 - LAG) % STAGES is free
     {
-      const int nt = it + STAGES - 1;
+      const int nt = it + STAGES - 1 - LAG;
       if (nt < ntiles) issue_tile(nt % STAGES);
       cp_async_commit();
     }
@@ -317,20 +423,34 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
           t0 > wg_qhi || (has_window && t_last < std::int64_t{wg_qlo} - p.window + 1);
       const bool full = t_last <= wg_qlo &&
                         (!has_window || std::int64_t{t0} >= std::int64_t{wg_qhi} - p.window + 1);
-      if (!skip) {
+      if constexpr (OVERLAP) {
+        // The previous tile's PV runs in this iteration at the latest: its stage is reloaded
+        // in the next one.
+        if (skip)
+          flush_pv();
+        else if (full)
+          overlap_tile(stage, t0, std::false_type{});
+        else
+          overlap_tile(stage, t0, std::true_type{});
+      } else if (!skip) {
         if (full)
           compute_tile(stage, t0, std::false_type{});
         else
           compute_tile(stage, t0, std::true_type{});
       }
     }
-    // Ids of tile it + STAGES go into this stage's slots (read when that tile is issued,
-    // after the next barrier); then start loading the ids of tile it + STAGES + 1.
+    // Ids of tile it + STAGES - LAG go into its slots (read when that tile is issued, after
+    // the next barrier; their previous tile was issued by now); then start loading the ids of
+    // the tile after it.
     if (tid < TOK) {
-      sBlk[stage * TOK + tid] = nblk;
-      sOff[stage * TOK + tid] = noff;
-      fetch_id(it + STAGES + 1, &nblk, &noff);
+      const int slot = (it + STAGES - LAG) % STAGES;
+      sBlk[slot * TOK + tid] = nblk;
+      sOff[slot * TOK + tid] = noff;
+      fetch_id(it + STAGES - LAG + 1, &nblk, &noff);
     }
+  }
+  if constexpr (OVERLAP) {
+    if (wg_active) flush_pv();
   }
   cp_async_wait<0>();
   if (!wg_active) return;
@@ -367,10 +487,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const W
 #endif
 }
 
-template <class T, int HEAD, int TOK, int STAGES>
+template <class T, int HEAD, int TOK, int STAGES, bool OVERLAP = false>
 Status launch_tiles(const WgParams& p, std::int64_t row_tiles, int num_kv_heads,
                     cudaStream_t stream) {
-  auto kernel = prefill_wgmma_kernel<T, HEAD, TOK, STAGES>;
+  auto kernel = prefill_wgmma_kernel<T, HEAD, TOK, STAGES, OVERLAP>;
   const int smem = static_cast<int>(prefill_wgmma_smem_bytes(HEAD, TOK, STAGES));
   // Per function and device, not a stream operation: legal during graph capture.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
@@ -384,8 +504,9 @@ Status launch_tiles(const WgParams& p, std::int64_t row_tiles, int num_kv_heads,
 template <class T, int HEAD>
 Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
   if constexpr (HEAD == 128) {
-    if (prefill_wgmma_experiment_small_tiles())
-      return launch_tiles<T, HEAD, 64, 4>(p, row_tiles, num_kv_heads, stream);
+    const int x = prefill_wgmma_experiment();
+    if (x == 1) return launch_tiles<T, HEAD, 64, 4>(p, row_tiles, num_kv_heads, stream);
+    if (x == 2) return launch_tiles<T, HEAD, 64, 4, true>(p, row_tiles, num_kv_heads, stream);
   }
   return launch_tiles<T, HEAD, prefill_wgmma_tile_tokens(HEAD), prefill_wgmma_stages(HEAD)>(
       p, row_tiles, num_kv_heads, stream);
@@ -393,9 +514,11 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
 
 }  // namespace
 
-bool prefill_wgmma_experiment_small_tiles() {
+int prefill_wgmma_experiment() {
   const char* e = std::getenv("PAGEDATTN_EXPERIMENT_WGMMA_TILE");
-  return e != nullptr && std::string(e) == "64";
+  if (e == nullptr) return 0;
+  const std::string v(e);
+  return v == "64" ? 1 : v == "64overlap" ? 2 : 0;
 }
 
 Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t row_tiles,
