@@ -149,13 +149,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     "-token K/V tiles (independent of block_size " +
                     std::to_string(problem.block_size) + "), " +
                     std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
-                    " bytes of shared memory, no KV split; " +
-                    (problem.head_size != 128 || prefill_wgmma_experiment() == 0 ? ""
-                     : prefill_wgmma_experiment() == 1
-                         ? "PAGEDATTN_EXPERIMENT_WGMMA_TILE=64: 4 stages of 64-token tiles "
-                           "instead; "
-                         : "PAGEDATTN_EXPERIMENT_WGMMA_TILE=64overlap: 4 stages of 64-token "
-                           "tiles, each tile's PV GEMM issued with the next tile's S GEMM; ");
+                    " bytes of shared memory, no KV split; ";
     if (rows_fast)
       r += decode_note;
     else if (problem.batch.num_decode_seqs > 0)

@@ -56,13 +56,6 @@ constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
                                   prefill_wgmma_stages(head_size));
 }
 
-/// Measurement knob, temporary (issue 23, until the GPU numbers decide which stays): the
-/// environment variable PAGEDATTN_EXPERIMENT_WGMMA_TILE = "64" runs head 128 with 64-token
-/// tiles in 4 stages (more bytes in flight, smaller S GEMMs) instead of 128-token tiles in 2
-/// (returns 1); "64overlap" the same tiles with each tile's PV GEMM issued together with the
-/// next tile's S GEMM, so that the softmax overlaps the tensor cores (returns 2); unset or
-/// anything else: 0. Same results within the tolerance (bit for bit within one setting).
-int prefill_wgmma_experiment();
 
 /// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
 /// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
