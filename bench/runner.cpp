@@ -248,6 +248,7 @@ Result<BenchResult> run_workload(const Workload& w, int device,
   r.p90_us = quantile_of(*us, 0.9);
   r.gbps = static_cast<double>(r.bytes) / (r.median_us * 1e-6) / 1e9;
   r.pct_of_ceiling = ceiling_gbps > 0 ? 100.0 * r.gbps / ceiling_gbps : 0;
+  r.tflops = static_cast<double>(attention_flops(w)) / (r.median_us * 1e-6) / 1e12;
   if (w.graph) {
     auto g = cuda::bench::time_call(device, call, t, true);
     if (!g.ok()) return g.status();

@@ -21,6 +21,7 @@ struct BenchResult {
   std::int64_t bytes = 0;       // useful_bytes()
   double gbps = 0;              // bytes / median time
   double pct_of_ceiling = 0;    // 100 * gbps / ceiling
+  double tflops = 0;            // attention_flops() / median time, 1e12 FLOP/s
   KernelChoice choice;
   int iters = 0;                // timed calls behind the median
   /// The output check made before timing (mode kNone: not checked). A failed check leaves

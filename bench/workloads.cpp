@@ -138,6 +138,46 @@ std::vector<Workload> sweep_workloads(KVLayout layout) {
   return out;
 }
 
+std::vector<Workload> prefill_workloads(KVLayout layout) {
+  std::vector<Workload> out;
+  auto add = [&](const std::string& name, const std::string& what, int head, int bs,
+                 bool chunks) {
+    Workload w = base(name, what, "prefill", layout);
+    w.head_size = head;
+    w.block_size = bs;
+    if (chunks) {
+      w.seq_lens.assign(4, 8192);
+      w.query_lens.assign(4, 2048);
+    } else {
+      w.seq_lens.assign(1, 8192);
+      w.query_lens.assign(1, 8192);
+    }
+    out.push_back(w);
+  };
+  add("P-chunks-8k", "4 x 2048 chunks ending 8192, head 128, block 16", 128, 16, true);
+  add("P-chunks-8k-b128", "4 x 2048 chunks ending 8192, head 128, block 128", 128, 128,
+      true);
+  add("P-fresh-8k", "1 x 8192 fresh causal, head 128, block 16", 128, 16, false);
+  add("P-fresh-8k-b128", "1 x 8192 fresh causal, head 128, block 128", 128, 128, false);
+  add("P-chunks-8k-h64", "4 x 2048 chunks ending 8192, head 64, block 16", 64, 16, true);
+  add("P-fresh-8k-h64", "1 x 8192 fresh causal, head 64, block 16", 64, 16, false);
+  add("P-chunks-8k-h256", "4 x 2048 chunks ending 8192, head 256, block 16", 256, 16,
+      true);
+  add("P-fresh-8k-h256", "1 x 8192 fresh causal, head 256, block 16", 256, 16, false);
+  return out;
+}
+
+std::int64_t attention_flops(const Workload& w) {
+  std::int64_t pairs = 0;
+  for (std::size_t i = 0; i < w.seq_lens.size(); ++i) {
+    const std::int64_t n = w.seq_lens[i];
+    const std::int64_t q = w.query_lens.empty() ? 1 : w.query_lens[i];
+    // Sum over i < q of (n - q + i + 1).
+    pairs += q * (n - q) + q * (q + 1) / 2;
+  }
+  return 4 * pairs * w.head_size * w.num_heads;
+}
+
 std::int64_t useful_bytes(const Workload& w) {
   std::int64_t kv_tokens = 0, q_tokens = 0;
   for (std::size_t i = 0; i < w.seq_lens.size(); ++i) {

@@ -57,6 +57,18 @@ Result<std::vector<Workload>> trace_workloads(KVLayout layout, std::uint64_t see
 /// (W1's heads and head size).
 std::vector<Workload> sweep_workloads(KVLayout layout);
 
+/// Prefill workloads (issue 23), Llama-3-8B-like heads (32/8) in bf16, every chunk causal
+/// with its last query token at the end of its sequence (bottom-right aligned):
+/// P-chunks-8k (4 x 2048-token chunks ending an 8192 context) and P-fresh-8k (1 x 8192
+/// tokens, no cached prefix) at head 128 with block 16 and block 128, and both at head 64
+/// and head 256 (block 16).
+std::vector<Workload> prefill_workloads(KVLayout layout);
+
+/// Attention FLOPs of one call: 4 x the (query, key) pairs the causal mask allows (query
+/// token i of a chunk of q tokens in a sequence of n sees n - q + i + 1 keys; no window) x
+/// head_size x num_heads. Decode rows count too (each sees its whole sequence).
+std::int64_t attention_flops(const Workload& w);
+
 /// Useful bytes of one call (DESIGN.md §6): the K and V of every token covered by seq_lens
 /// (each read once, shared across a GQA group; at dtype_size(kv_dtype) bytes, so 1 per fp8
 /// element) + the query rows + the output rows. A sequence with query_len 0 reads nothing; with

@@ -50,6 +50,7 @@ struct BenchFlags {
   std::uint64_t seed = 1;
   int splits = 0;
   bool batch_invariant = false;
+  bool no_wgmma = false;
   std::vector<std::string> configs;  // --config, each the text of verify's flags
   bool matrix = false;
   std::string matrix_filter;
@@ -156,6 +157,7 @@ int run_bench(const BenchFlags& f) {
     it.workload = w;
     it.plan.num_splits = f.splits;
     it.plan.batch_invariant = f.batch_invariant;
+    it.plan.no_wgmma_prefill = f.no_wgmma;
     it.check = check_named;
     it.budget_ms = std::max(0.0, f.budget_ms);
     items.push_back(std::move(it));
@@ -182,9 +184,12 @@ int run_bench(const BenchFlags& f) {
       if (wanted(w)) add_named(w), ++named;
     for (auto& w : bench::sweep_workloads(*layout))
       if (wanted(w) || f.sweep) add_named(w), ++named;
+    for (auto& w : bench::prefill_workloads(*layout))
+      if (wanted(w)) add_named(w), ++named;
     const char* names_help =
         " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; "
-        "groups: standard, trace, sweep-ctx, sweep-batch, all)";
+        "groups: standard, trace, sweep-ctx, sweep-batch, prefill (P-chunks-8k, P-fresh-8k, ...), "
+        "all)";
     for (const std::string& name : wanted_list)
       if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
     if (named == 0) return usage("--workloads '" + f.workloads + "' selects nothing" + names_help);
@@ -195,6 +200,7 @@ int run_bench(const BenchFlags& f) {
     it.workload = to_workload(row.config, row.name, group);
     it.plan = row.config.plan;
     it.plan.batch_invariant |= f.batch_invariant;
+    it.plan.no_wgmma_prefill |= f.no_wgmma;
     it.check = check;
     it.budget_ms = budget;
     it.from_config = true;
@@ -315,8 +321,9 @@ int run_bench(const BenchFlags& f) {
     Outcome o;
     o.item = &it;
     if (!it.from_config && !header_named) {
-      fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7}  {:<26} {}\n", "workload",
-                 "description", "us", "graph us", "GB/s", "%ceil", "splits", "kernel", "check");
+      fmt::print("{:<18} {:<52} {:>9} {:>9} {:>9} {:>8} {:>7} {:>7}  {:<26} {}\n", "workload",
+                 "description", "us", "graph us", "GB/s", "%ceil", "TFLOP/s", "splits", "kernel",
+                 "check");
       header_named = true;
     }
     if (it.from_config && !header_rows) {
@@ -380,11 +387,11 @@ int run_bench(const BenchFlags& f) {
                  check_text);
       if (it.workload.group == "config") fmt::print("  {}\n", w.description);
     } else {
-      fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7}  {:<26} {}\n", w.name,
-                 w.description, r->median_us,
+      fmt::print("{:<18} {:<52} {:>9.1f} {:>9} {:>9.0f} {:>7.1f}% {:>7.1f} {:>7}  {:<26} {}\n",
+                 w.name, w.description, r->median_us,
                  r->graph_median_us >= 0 ? fmt::format("{:.1f}", r->graph_median_us) : "-",
-                 r->gbps, r->pct_of_ceiling, r->choice.num_splits, kernel_label(r->choice),
-                 check_text);
+                 r->gbps, r->pct_of_ceiling, r->tflops, r->choice.num_splits,
+                 kernel_label(r->choice), check_text);
     }
     std::fflush(stdout);
     outcomes.push_back(o);
@@ -465,6 +472,7 @@ int run_bench(const BenchFlags& f) {
     row["iters"] = r.iters;
     row["gbps"] = r.gbps;
     row["pct_of_ceiling"] = r.pct_of_ceiling;
+    row["tflops"] = r.tflops;
     // The kernels that ran ("decode + prefill" when a mixed batch splits its rows), as in the
     // table; plan_kernel is KernelChoice::kernel, for a mixed batch the tiled fallback that
     // unaligned tensors would take.
@@ -583,6 +591,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV")->check(kNonEmpty);
   cmd->add_option("--json", flags->json, "write results as JSON")->check(kNonEmpty);
+  cmd->add_flag("--no-wgmma", flags->no_wgmma,
+                "keep the mma.sync prefill kernel on Hopper (PlanOptions::no_wgmma_prefill), "
+                "to compare it with the wgmma one");
   cmd->add_option("--splits", flags->splits,
                   "KV splits per sequence for every workload (0: the planner chooses; an "
                   "experiment knob, PlanOptions::num_splits)");

@@ -132,6 +132,7 @@ int run_explain(const ExplainFlags& ef) {
                       {"decode_rows_fast_path", k.decode_rows_fast_path},
                       {"prefill_rows_mma", k.prefill_rows_mma},
                       {"batch_invariant", c.plan.batch_invariant},
+                      {"prefill_rows_wgmma", k.prefill_rows_wgmma},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -178,7 +179,9 @@ int run_explain(const ExplainFlags& ef) {
     const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
     const RowKernels rows = row_kernels(k);
     auto shown = [](const std::string& id) {
-      return id == "cuda_prefill_mma" ? "tensor-core prefill kernel (" + id + ")" : id;
+      return id == "cuda_prefill_mma"     ? "tensor-core prefill kernel (" + id + ")"
+             : id == "cuda_prefill_wgmma" ? "Hopper tensor-core prefill kernel (" + id + ")"
+                                          : id;
     };
     if (any_decode) std::printf("  decode rows        %s\n", shown(rows.decode).c_str());
     if (any_prefill) std::printf("  prefill rows       %s\n", shown(rows.prefill).c_str());

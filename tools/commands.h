@@ -28,8 +28,9 @@ struct RowKernels {
 };
 inline RowKernels row_kernels(const KernelChoice& c) {
   RowKernels r;
-  r.prefill = c.kernel == KernelId::kCudaTiled && c.prefill_rows_mma ? "cuda_prefill_mma"
-                                                                      : to_string(c.kernel);
+  r.prefill = c.kernel != KernelId::kCudaTiled || !c.prefill_rows_mma ? to_string(c.kernel)
+              : c.prefill_rows_wgmma                                     ? "cuda_prefill_wgmma"
+                                                                         : "cuda_prefill_mma";
   r.decode = c.kernel == KernelId::kCudaTiled && c.decode_rows_fast_path
                  ? to_string(KernelId::kCudaDecodeMMA)
                  : r.prefill;

@@ -26,6 +26,10 @@ struct PlanOptions {
   /// sequence's output and LSE are the same bits alone or in any batch. Costs some speed on
   /// small batches (fewer splits than the device could use).
   bool batch_invariant = false;
+  /// Keep the mma.sync prefill kernel (KernelChoice::prefill_rows_mma) on compute capability
+  /// 9.0 devices instead of the wgmma one (KernelChoice::prefill_rows_wgmma): for tests of
+  /// that kernel and benchmark comparisons.
+  bool no_wgmma_prefill = false;
 };
 
 /// Facts about a device that selection depends on, queried at run time (never hard-coded).
@@ -115,6 +119,11 @@ struct KernelChoice {
   /// splits and shared memory then describe the tiled kernel that run_attention falls back
   /// to for tensors whose base pointers turn out not to be 16-byte aligned.
   bool prefill_rows_mma = false;
+  /// The rows prefill_rows_mma describes (it is then true too) run on the Hopper (compute
+  /// capability 9.0) prefill kernel instead: wgmma with 128 (token, head) rows per CTA in two
+  /// warpgroups, fp16/bf16, head_size 64, 128 or 256, nhd/hnd layouts, every score modifier
+  /// (src/cuda/prefill/prefill_wgmma.h); same fallbacks.
+  bool prefill_rows_wgmma = false;
   std::string reason;
 };
 

@@ -294,6 +294,7 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   d["decode_rows_fast_path"] = c.decode_rows_fast_path;
   d["prefill_rows_mma"] = c.prefill_rows_mma;
   d["batch_invariant"] = p.batch_invariant;
+  d["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
   d["reason"] = c.reason;
   d["workspace_bytes"] = p.plan.workspace_bytes();
   nb::dict batch;

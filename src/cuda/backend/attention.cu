@@ -13,6 +13,7 @@
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
+#include "src/cuda/prefill/prefill_wgmma.h"
 #include "src/cuda/tiled/cuda_config.h"
 #include "src/cuda/tiled/tiled_launch.h"
 
@@ -44,6 +45,9 @@ struct CudaPlan {
   int prefill_stages = 0;
   std::int64_t prefill_mma_tiles = 0;
   std::int64_t prefill_mma_all_tiles = 0;
+  /// The rows above go to the wgmma prefill kernel (KernelChoice::prefill_rows_wgmma); the
+  /// tile counts are then its 128-row tiles.
+  bool prefill_wgmma = false;
 };
 
 }  // namespace
@@ -118,20 +122,28 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     const auto* qsl = static_cast<const std::int32_t*>(host.query_start_loc.data);
     const std::int64_t qs = host.query_start_loc.strides[0];
     const int gqa = problem.gqa_ratio();
+    plan->prefill_wgmma = state->choice.prefill_rows_wgmma;
     plan->prefill_stages = prefill_mma_stages(problem.head_size, info->max_shared_memory_per_block);
-    plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
-    plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    if (plan->prefill_wgmma) {
+      plan->prefill_mma_tiles = prefill_wgmma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+      plan->prefill_mma_all_tiles = prefill_wgmma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    } else {
+      plan->prefill_mma_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 2);
+      plan->prefill_mma_all_tiles = prefill_mma_row_tiles(qsl, qs, num_seqs, gqa, 1);
+    }
     std::string why;
     if (!prefill_mma_aligned_strides(args))
       why = "strides are not multiples of 8 elements";
     else if (plan->prefill_mma_all_tiles > INT_MAX)
       why = std::to_string(plan->prefill_mma_all_tiles) + " row tiles exceed the grid limit";
-    else if (plan->prefill_stages == 0)
+    else if (!plan->prefill_wgmma && plan->prefill_stages == 0)
       why = "the device's shared memory is too small";
     if (why.empty()) {
       plan->prefill_mma = true;
     } else {
       state->choice.prefill_rows_mma = false;
+      state->choice.prefill_rows_wgmma = false;
+      plan->prefill_wgmma = false;
       state->choice.reason += " (tensor-core prefill kernel not taken: " + why + ")";
     }
   }
@@ -193,6 +205,12 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
       PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
           args, plan.geometry.block_size, cp->decode,
           static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
+    if (cp->prefill_wgmma)
+      return prefill_wgmma_run(args, plan.geometry.block_size,
+                               fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                               fast ? 2 : 1,
+                               static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
+                               stream);
     return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
                            fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
                            fast ? 2 : 1,

@@ -7,6 +7,7 @@
 #include "src/cuda/backend/cuda_backend.h"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
+#include "src/cuda/prefill/prefill_wgmma.h"
 #include "src/cuda/tiled/cuda_config.h"
 
 namespace pagedattn::cuda {
@@ -85,9 +86,21 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
                                            &why_prefill);
   }
+  // The Hopper prefill kernel where it runs (it also takes head 256, which prefill_mma does
+  // not); the same forced options keep the tiled kernel.
+  std::string why_wgmma;
+  bool wgmma = false;
+  if (problem.batch.num_prefill_seqs > 0) {
+    if (options.tile_tokens > 0 || options.num_splits > 0)
+      why_wgmma = why_prefill;
+    else if (options.no_wgmma_prefill)
+      why_wgmma = "no_wgmma_prefill set";
+    else
+      wgmma = prefill_wgmma_supported(problem, device_info, &why_wgmma);
+  }
   // The split merge would also visit decode rows; and a tiled kernel that is only the
   // fallback of the prefill kernel should not size the workspace for splits.
-  if (rows_fast || prefill_fast) tiled_options.num_splits = 1;
+  if (rows_fast || prefill_fast || wgmma) tiled_options.num_splits = 1;
   auto c = tiled_choose(problem, device_info, tiled_options);
   if (!c.ok()) return c;
   if (rows_fast) c->decode_rows_fast_path = true;
@@ -95,7 +108,32 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                       " decode rows run on the decode fast path"
                 : "decode fast path not used: " + why_not;
-  if (prefill_fast) {
+  if (wgmma) {
+    c->prefill_rows_mma = true;
+    c->prefill_rows_wgmma = true;
+    std::string r = "Hopper tensor-core prefill kernel (cuda_prefill_wgmma) for the prefill rows of " +
+                    std::to_string(problem.batch.num_prefill_seqs) +
+                    " chunk(s): 128 (query token, query head) rows per CTA (two warpgroups of "
+                    "64) with the GQA group of " +
+                    std::to_string(problem.gqa_ratio()) +
+                    " flattened into them, wgmma m64nNk16 for QK^T (both operands in shared "
+                    "memory) and PV (P in registers), fp32 accumulation, " +
+                    std::to_string(prefill_wgmma_stages(problem.head_size)) +
+                    "-stage cp.async pipeline of " +
+                    std::to_string(prefill_wgmma_tile_tokens(problem.head_size)) +
+                    "-token K/V tiles (independent of block_size " +
+                    std::to_string(problem.block_size) + "), " +
+                    std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
+                    " bytes of shared memory, no KV split; ";
+    if (rows_fast)
+      r += decode_note;
+    else if (problem.batch.num_decode_seqs > 0)
+      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
+           " decode rows run on it too (" + decode_note + ")";
+    else
+      r += "no decode rows";
+    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
+  } else if (prefill_fast) {
     c->prefill_rows_mma = true;
     const int stages =
         prefill_mma_stages(problem.head_size, device_info.max_shared_memory_per_block);
@@ -116,11 +154,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
            " decode rows run on it too (" + decode_note + ")";
     else
       r += "no decode rows";
-    c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
+    c->reason = r + "; wgmma prefill kernel not used: " + why_wgmma +
+                "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else {
     c->reason += "; " + decode_note;
     if (problem.batch.num_prefill_seqs > 0)
-      c->reason += "; tensor-core prefill kernel not used: " + why_prefill;
+      c->reason += "; tensor-core prefill kernel not used: " + why_prefill +
+                   " (wgmma prefill kernel: " + why_wgmma + ")";
   }
   return c;
 }

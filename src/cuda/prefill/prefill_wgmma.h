@@ -1,0 +1,111 @@
+// The Hopper (sm_90a) warpgroup-MMA prefill kernel: host-only declarations and sizing rules
+// (inline, so that selection, `explain` and the unit tests see one rule in every build).
+//
+// Design (this first version; see prefill_wgmma.cu):
+//  - rows are (query token, query head) pairs of one (sequence, KV head), flattened with the
+//    head fastest, as in prefill_mma.h; one CTA = 2 warpgroups = 128 consecutive rows, each
+//    warpgroup owning 64 (the M of wgmma.m64nNk16), so every K/V byte staged serves 128 rows;
+//  - the query tile is staged once in shared memory; K/V tiles of 128 tokens move HBM ->
+//    shared memory with 16-byte cp.async gathered token by token through the block table
+//    (any block size, padded pages), in a 2-3 stage pipeline; every tile is 128B-swizzled so
+//    that wgmma reads it through a descriptor;
+//  - S = Q K^T: wgmma with both operands in shared memory, fp32 accumulators; online softmax
+//    (exp2) in registers; P converted to fp16/bf16 in registers is the A operand of
+//    O += P V (wgmma with V read N-major from the same token-row tiles);
+//  - causal / window tile skipping per warpgroup, per-element masks on edge tiles only;
+//    softcap, ALiBi, sinks and LSE as in prefill_mma;
+//  - CTA -> (sequence, row tile) from device prefix sums (no host sync, graph-capturable), no
+//    split-KV and no atomics: deterministic.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "pagedattn/attention.h"
+#include "pagedattn/kv_cache.h"
+#include "pagedattn/select.h"
+#include "src/cuda/common/mma_args.h"
+#include "src/cuda/tiled/cuda_config.h"
+
+namespace pagedattn::cuda {
+
+/// Rows ((query token, query head) pairs) per CTA, threads.
+inline constexpr int kWgmmaRowsPerCta = 128;
+inline constexpr int kWgmmaThreads = 256;
+
+/// KV tokens per pipeline stage (the N of S = Q K^T): 128, or 64 for head 256 (whose O
+/// accumulators take twice the registers).
+constexpr int prefill_wgmma_tile_tokens(int head_size) { return head_size >= 256 ? 64 : 128; }
+
+/// Pipeline stages for a head size (what fits one CTA per SM in 227 KB).
+constexpr int prefill_wgmma_stages(int head_size) { return head_size <= 64 ? 3 : 2; }
+
+/// Dynamic shared memory of one CTA in bytes: the query tile (128 rows x head_size 16-bit
+/// elements), `stages` K and V tiles of prefill_wgmma_tile_tokens tokens, the block id and
+/// in-block offset (2 x int32) of every tile token per stage, and 1024 bytes to align the
+/// swizzled tiles.
+constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size, int tile_tokens, int stages) {
+  const std::int64_t tile = std::int64_t{tile_tokens} * head_size * 2;
+  const std::int64_t q = std::int64_t{kWgmmaRowsPerCta} * head_size * 2;
+  return 1024 + q + stages * (2 * tile + std::int64_t{tile_tokens} * 8);
+}
+constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
+  return prefill_wgmma_smem_bytes(head_size, prefill_wgmma_tile_tokens(head_size),
+                                  prefill_wgmma_stages(head_size));
+}
+
+
+/// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
+/// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
+/// compute capability 9.0 (the kernel is built for sm_90a only), at least one prefill chunk,
+/// query and cache fp16 or bf16 of one dtype, head_size 64, 128 or 256, the nhd or hnd layout
+/// (split: not implemented here yet, prefill_mma takes it), num_kv_heads <= 65535 and the
+/// shared memory of prefill_wgmma_smem_bytes. Every GQA ratio, block size, window, softcap,
+/// ALiBi, sinks and LSE output. Stride and pointer alignment: as prefill_mma
+/// (prefill_mma_aligned_strides at plan time, prefill_mma_aligned at run time).
+inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& device,
+                                    std::string* why_not) {
+  auto no = [&](std::string why) {
+    if (why_not) *why_not = std::move(why);
+    return false;
+  };
+  if (pr.device.type != DeviceType::kCUDA) return no("not a CUDA device");
+  if (device.cc_major != 9 || device.cc_minor != 0)
+    return no("compute capability " + std::to_string(device.cc_major) + "." +
+              std::to_string(device.cc_minor) + " is not 9.0 (the kernel is built for sm_90a)");
+  if (pr.batch.num_prefill_seqs == 0) return no("the batch has no prefill chunks");
+  if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
+    return no("query dtype is not fp16/bf16");
+  if (pr.cache_dtype != pr.q_dtype) return no("cache dtype differs from the query dtype");
+  if (pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
+    return no("head_size is not 64, 128 or 256");
+  if (pr.layout == KVLayout::kSplit) return no("split layout (not implemented on it yet)");
+  if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
+  if (prefill_wgmma_smem_bytes(pr.head_size) > device.max_shared_memory_per_block)
+    return no("shared memory limit below " +
+              std::to_string(prefill_wgmma_smem_bytes(pr.head_size)) + " bytes");
+  return true;
+}
+
+/// Row tiles (CTAs per KV head) of a batch from host metadata: the sum over sequences with
+/// query_len >= max(1, min_query_len) of ceil(query_len * gqa / 128). `query_start_loc` is
+/// int32 [num_seqs + 1] with element stride `stride`.
+inline std::int64_t prefill_wgmma_row_tiles(const std::int32_t* query_start_loc,
+                                            std::int64_t stride, int num_seqs, int gqa,
+                                            int min_query_len) {
+  return count_row_tiles(query_start_loc, stride, num_seqs, kWgmmaRowsPerCta, min_query_len, gqa);
+}
+
+/// Launch the prefix-sum kernel and the wgmma prefill kernel on `stream` for the rows of
+/// sequences with query_len >= min_query_len (2: decode rows left to the decode fast path;
+/// 1: every row). `row_tiles` = prefill_wgmma_row_tiles(host metadata, gqa, min_query_len);
+/// `workspace` holds at least (num_seqs + 1) int32, 4-byte aligned. Arguments validated,
+/// supported (prefill_wgmma_supported) and aligned (prefill_mma_aligned); no allocation, no
+/// synchronisation. Errors: kUnsupported for a grid above 2^31 - 1 CTAs, kInternal for CUDA
+/// launch errors.
+Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t row_tiles,
+                         int min_query_len, void* workspace, Stream stream);
+
+}  // namespace pagedattn::cuda

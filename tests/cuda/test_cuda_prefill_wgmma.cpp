@@ -1,0 +1,292 @@
+// GPU tests of the Hopper wgmma prefill kernel (src/cuda/prefill/prefill_wgmma.h). Every case
+// asserts that the plan routes the prefill rows to it (KernelChoice::prefill_rows_wgmma; the
+// test skips on a GPU of another compute capability, where prefill_mma takes them), then
+// checks it against the oracle through the shared harness: NaN-poisoned cache memory (block
+// tails, unused blocks, page padding), random block tables from a larger pool, guard regions
+// around every written buffer, and a second run that must give the same bits.
+//
+//  - PrefillWgmma/CudaPrefillWgmma.*: head 64, 128 and 256, fp16 and bf16, nhd and hnd, chunk
+//    lengths 1..300 (multiples of 64 and not) first and after a cached prefix, contexts to
+//    4100 (head counts kept small where the CPU oracle would take seconds), GQA
+//    1/2/4/5/8/16/32, block sizes 1/16/17/32/128/544, window, softcap, ALiBi,
+//    sinks, padded pages, LSE off, varlen and mixed batches (decodes, zero-length sequences),
+//    strided activations;
+//  - SanitizePrefillWgmma/SanitizePrefillWgmma.*: one small case per instantiation (dtype x
+//    head), for compute-sanitizer;
+//  - CudaPrefillWgmmaSelect.*: PlanOptions::no_wgmma_prefill and the split layout (not on it
+//    yet) keep prefill_mma, which still matches the oracle.
+// Without a GPU every test skips.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "src/testing/harness.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace pagedattn::testing {
+/// Defined in test_cuda_matrix.cpp: GoogleTest prints a case by its name, not as raw bytes.
+void PrintTo(const CaseConfig& config, std::ostream* os);
+}  // namespace pagedattn::testing
+
+namespace pagedattn::cudatest {
+namespace {
+
+using testing::CaseConfig;
+
+const DType f16 = DType::kFloat16;
+const DType b16 = DType::kBFloat16;
+
+/// Whether device 0 is a compute capability 9.0 GPU (where the wgmma kernel is selected).
+bool have_sm90() {
+  if (!have_gpu()) return false;
+  auto info = query_device(Device::cuda(0));
+  return info.ok() && info->cc_major == 9 && info->cc_minor == 0;
+}
+#define PA_SKIP_WITHOUT_SM90()                                                        \
+  do {                                                                                \
+    PA_SKIP_WITHOUT_GPU();                                                            \
+    if (!have_sm90()) GTEST_SKIP() << "not a compute capability 9.0 GPU";             \
+  } while (0)
+
+CaseConfig wcase(KVLayout layout, int head, DType dt, int heads, int kv_heads, int bs,
+                 std::vector<std::pair<int, int>> seqs, const std::string& tag) {
+  CaseConfig c;
+  c.device = Device::cuda();
+  c.layout = layout;
+  c.head_size = head;
+  c.dtype = c.kv_dtype = dt;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.block_size = bs;
+  c.seq_lens.clear();
+  c.query_lens.clear();
+  for (const auto& [s, q] : seqs) {
+    c.seq_lens.push_back(s);
+    c.query_lens.push_back(q);
+  }
+  c.extra_blocks = bs >= 512 ? 1 : 3;
+  c.tag = "pwg_" + tag;
+  return c;
+}
+
+CaseConfig named(CaseConfig c) {
+  std::uint64_t h = 1469598103934665603ull;
+  c.name = testing::case_name(c);
+  for (unsigned char ch : c.name) h = (h ^ ch) * 1099511628211ull;
+  c.seed = h % 100000;
+  return c;
+}
+
+std::vector<CaseConfig> wgmma_cases() {
+  const KVLayout nhd = KVLayout::kNHD, hnd = KVLayout::kHND;
+  std::vector<CaseConfig> v;
+  auto add = [&](CaseConfig c) { v.push_back(named(std::move(c))); };
+
+  // ---- chunk edges: lengths around the 128-row CTA and 128-key tile, first chunks and after
+  // a cached prefix, both heads, both dtypes, both layouts.
+  add(wcase(nhd, 128, b16, 32, 8, 16, {{2, 2}, {15, 15}, {31, 31}, {32, 32}, {33, 33}},
+            "edges_first"));
+  add(wcase(nhd, 128, f16, 32, 8, 16, {{39, 2}, {115, 15}, {200, 64}, {300, 65}, {140, 127}},
+            "edges_ctx"));
+  add(wcase(hnd, 128, b16, 4, 4, 16, {{128, 128}, {129, 129}, {255, 255}, {300, 300}},
+            "gqa1_edges"));
+  add(wcase(hnd, 64, f16, 32, 8, 32, {{1, 1}, {64, 64}, {65, 65}, {500, 200}, {3, 3}},
+            "h64_edges"));
+  add(wcase(nhd, 64, b16, 8, 4, 16, {{600, 600}}, "h64_gqa2_600"));
+  add(wcase(nhd, 128, b16, 8, 2, 16, {{4100, 40}, {2048, 130}}, "ctx4100"));
+  add(wcase(hnd, 128, f16, 8, 2, 128, {{3000, 1}, {2500, 70}, {129, 128}}, "bs128"));
+  add(wcase(nhd, 64, f16, 8, 2, 17, {{700, 111}, {18, 18}}, "bs17"));
+  add(wcase(hnd, 128, b16, 8, 1, 1, {{260, 70}}, "bs1_mqa8"));
+  add(wcase(nhd, 128, f16, 8, 2, 544, {{1145, 130}, {544, 2}, {543, 65}}, "bs544"));
+
+  // ---- head 256 (64-key tiles)
+  add(wcase(nhd, 256, b16, 8, 2, 16, {{2, 2}, {33, 33}, {300, 65}, {700, 130}}, "h256"));
+  add(wcase(hnd, 256, f16, 4, 4, 128, {{129, 129}, {700, 64}, {3000, 1}}, "h256_gqa1"));
+  {
+    CaseConfig c = wcase(nhd, 256, f16, 8, 2, 32, {{500, 200}, {9, 1}}, "h256_window");
+    c.sliding_window = 90;
+    add(c);
+  }
+
+  // ---- GQA ratios 2, 4, 5, 16, 32 (CTA rows cross query tokens and heads)
+  add(wcase(nhd, 128, b16, 16, 8, 16, {{100, 100}, {37, 9}}, "gqa2"));
+  add(wcase(hnd, 128, f16, 20, 4, 16, {{100, 100}, {80, 13}}, "gqa5"));
+  add(wcase(nhd, 64, b16, 32, 2, 16, {{90, 45}, {200, 3}}, "gqa16"));
+  add(wcase(hnd, 128, b16, 32, 1, 16, {{50, 10}, {300, 2}}, "gqa32"));
+
+  // ---- window
+  {
+    CaseConfig c = wcase(hnd, 128, b16, 20, 4, 16, {{300, 300}, {700, 130}}, "window64");
+    c.sliding_window = 64;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 64, b16, 8, 2, 16, {{40, 40}, {100, 30}}, "window1");
+    c.sliding_window = 1;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 128, f16, 8, 2, 32, {{700, 300}, {250, 90}}, "window200");
+    c.sliding_window = 200;
+    add(c);
+  }
+  // ---- score modifiers
+  {
+    CaseConfig c = wcase(hnd, 128, f16, 16, 2, 16, {{65, 65}, {300, 165}}, "softcap");
+    c.softcap = 5.0f;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 64, b16, 20, 4, 16, {{200, 200}, {250, 50}}, "alibi");
+    c.alibi = true;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 128, b16, 32, 8, 16, {{64, 64}, {300, 136}}, "sinks");
+    c.sinks = true;
+    add(c);
+  }
+  {
+    CaseConfig c =
+        wcase(nhd, 256, b16, 8, 2, 128, {{700, 165}, {545, 130}, {3, 2}, {1, 1}}, "allfeat");
+    c.sliding_window = 300;
+    c.softcap = 30.0f;
+    c.alibi = true;
+    c.sinks = true;
+    add(c);
+  }
+  // ---- LSE off, padded pages, strided activations
+  {
+    CaseConfig c = wcase(hnd, 64, f16, 8, 8, 16, {{100, 100}, {20, 5}}, "nolse");
+    c.lse = false;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 64, f16, 32, 8, 16, {{150, 120}, {33, 33}}, "padded");
+    c.page_pad = 32;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(hnd, 128, b16, 16, 4, 32, {{400, 170}, {5, 1}}, "padded");
+    c.page_pad = 64;
+    c.value_page_pad = 8;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(hnd, 64, f16, 32, 8, 16, {{30, 1}, {17, 3}, {164, 140}}, "strided");
+    c.token_pad = 24;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 128, b16, 16, 4, 16, {{40, 1}, {0, 0}, {33, 6}, {80, 80}},
+                         "strided_meta");
+    c.head_pad = 8;
+    c.strided_metadata = true;
+    add(c);
+  }
+
+  // ---- varlen and mixed batches: decodes (on the decode fast path) and zero-length
+  // sequences around prefill chunks
+  add(wcase(nhd, 128, b16, 32, 8, 16,
+            {{3000, 1}, {1, 1}, {200, 200}, {20, 0}, {65, 1}, {700, 64}, {0, 0}, {17, 1}},
+            "mixed"));
+  add(wcase(hnd, 64, f16, 40, 5, 16, {{30, 1}, {0, 0}, {64, 64}, {90, 0}, {128, 65}, {2, 1}},
+            "mixed_zero"));
+  {
+    CaseConfig c = wcase(nhd, 128, f16, 32, 8, 16, {}, "manyseqs");
+    for (int i = 0; i < 60; ++i) {
+      const int len = 1 + (i * 53) % 400;
+      const int q = i % 17 == 5 ? 0 : (i % 5 == 3 ? std::min(len, 2 + (i * 37) % 300) : 1);
+      c.seq_lens.push_back(len);
+      c.query_lens.push_back(q);
+    }
+    add(c);
+  }
+  return v;
+}
+
+/// One small case per instantiation (dtype x head), every boundary class, for the sanitizer.
+std::vector<CaseConfig> sanitize_cases() {
+  std::vector<CaseConfig> v;
+  auto add = [&](CaseConfig c) { v.push_back(named(std::move(c))); };
+  {
+    CaseConfig c = wcase(KVLayout::kNHD, 64, f16, 20, 4, 16, {{70, 33}, {1, 1}, {20, 0}, {9, 9}},
+                         "san");
+    c.sliding_window = 16;
+    c.sinks = true;
+    add(c);
+  }
+  add(wcase(KVLayout::kHND, 64, b16, 32, 8, 32, {{140, 130}, {3, 2}}, "san"));
+  {
+    CaseConfig c = wcase(KVLayout::kNHD, 128, b16, 32, 8, 128, {{300, 65}, {3, 2}, {129, 1}}, "san");
+    c.page_pad = 64;
+    add(c);
+  }
+  add(wcase(KVLayout::kHND, 128, f16, 24, 8, 16, {{15, 15}, {200, 140}, {5, 1}}, "san"));
+  add(wcase(KVLayout::kNHD, 256, b16, 16, 4, 16, {{70, 70}, {3, 2}}, "san"));
+  add(wcase(KVLayout::kHND, 256, f16, 8, 8, 32, {{100, 65}, {2, 1}}, "san"));
+  return v;
+}
+
+std::string case_param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
+  return info.param.name;
+}
+
+void expect_wgmma_passes(const CaseConfig& c) {
+  const testing::CaseResult r = testing::run_case(c);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(r.choice.prefill_rows_wgmma) << "the wgmma kernel was not chosen: " << r.choice.reason;
+  EXPECT_GT(r.elements_checked, 0);
+  EXPECT_TRUE(r.writer_exact) << r.detail;
+  EXPECT_TRUE(r.pass) << r.detail << "\n  worst ratio " << r.worst_ratio << "\n  "
+                      << r.choice.reason;
+}
+
+class CudaPrefillWgmma : public ::testing::TestWithParam<CaseConfig> {};
+TEST_P(CudaPrefillWgmma, MatchesOracle) {
+  PA_SKIP_WITHOUT_SM90();
+  expect_wgmma_passes(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(PrefillWgmma, CudaPrefillWgmma, ::testing::ValuesIn(wgmma_cases()),
+                         case_param_name);
+
+class SanitizePrefillWgmma : public ::testing::TestWithParam<CaseConfig> {};
+TEST_P(SanitizePrefillWgmma, MatchesOracle) {
+  PA_SKIP_WITHOUT_SM90();
+  expect_wgmma_passes(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(SanitizePrefillWgmma, SanitizePrefillWgmma,
+                         ::testing::ValuesIn(sanitize_cases()), case_param_name);
+
+// The same case on the wgmma kernel and, with PlanOptions::no_wgmma_prefill, on prefill_mma:
+// both pass, and the option is honoured.
+TEST(CudaPrefillWgmmaSelect, OptionKeepsPrefillMma) {
+  PA_SKIP_WITHOUT_SM90();
+  CaseConfig c = named(wcase(KVLayout::kNHD, 128, b16, 32, 8, 16, {{500, 200}, {9, 1}}, "opt"));
+  expect_wgmma_passes(c);
+  c.plan.no_wgmma_prefill = true;
+  const testing::CaseResult r = testing::run_case(c);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(r.choice.prefill_rows_mma) << r.choice.reason;
+  EXPECT_FALSE(r.choice.prefill_rows_wgmma) << r.choice.reason;
+  EXPECT_TRUE(r.pass) << r.detail;
+}
+
+// The split layout (not on the wgmma kernel yet) stays on prefill_mma, and says why.
+TEST(CudaPrefillWgmmaSelect, SplitLayoutStaysOnPrefillMma) {
+  PA_SKIP_WITHOUT_SM90();
+  CaseConfig c = named(wcase(KVLayout::kSplit, 128, b16, 16, 4, 16, {{100, 70}, {5, 1}}, "split"));
+  const testing::CaseResult r = testing::run_case(c);
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_TRUE(r.choice.prefill_rows_mma) << r.choice.reason;
+  EXPECT_FALSE(r.choice.prefill_rows_wgmma);
+  EXPECT_NE(r.choice.reason.find("split layout"), std::string::npos) << r.choice.reason;
+  EXPECT_TRUE(r.pass) << r.detail;
+}
+
+}  // namespace
+}  // namespace pagedattn::cudatest

@@ -1,0 +1,186 @@
+// Selection of the Hopper wgmma prefill kernel (src/cuda/prefill/prefill_wgmma.h): its support
+// rules and sizing are host code compiled in every build, and select_kernel is checked on
+// synthetic devices (an H200, an sm_80 device, smaller shared-memory limits). No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+#include "src/cuda/prefill/prefill_wgmma.h"
+#include "tests/unit/synthetic_device.h"
+
+namespace pagedattn::cuda {
+namespace {
+
+constexpr std::int64_t kH200Smem = testing::kH200SharedMemoryPerBlock;
+using testing::synthetic_cuda_device;
+
+/// Four 2048-token chunks ending an 8192 context, 32/8 heads, head 128, bf16, block 16.
+ProblemDesc chunk_problem() {
+  ProblemDesc p;
+  p.device = Device::cuda(0);
+  p.num_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_size = 128;
+  p.q_dtype = p.cache_dtype = DType::kBFloat16;
+  p.layout = KVLayout::kNHD;
+  p.block_size = 16;
+  p.num_blocks = 100000;
+  p.access = CacheAccess::kNative;
+  p.batch.num_seqs = 4;
+  p.batch.num_prefill_seqs = 4;
+  p.batch.num_tokens = 4 * 2048;
+  p.batch.max_query_len = 2048;
+  p.batch.max_seq_len = 8192;
+  p.batch.total_kv_tokens = 4 * 8192;
+  return p;
+}
+
+TEST(PrefillWgmmaSelect, SupportedProblems) {
+  const DeviceInfo h200 = synthetic_cuda_device();
+  for (int head : {64, 128, 256})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND})
+        for (int kv_heads : {32, 16, 8, 4, 2, 1})
+          for (int bs : {1, 16, 17, 128, 2048}) {
+            ProblemDesc p = chunk_problem();
+            p.head_size = head;
+            p.q_dtype = p.cache_dtype = dt;
+            p.layout = layout;
+            p.num_kv_heads = kv_heads;
+            p.block_size = bs;
+            p.sliding_window = bs == 17 ? 100 : 0;
+            p.lse = bs == 16;
+            p.softcap = bs == 128 ? 30.f : 0.f;
+            p.alibi = bs == 1;
+            p.sinks = bs == 2048;
+            std::string why;
+            EXPECT_TRUE(prefill_wgmma_supported(p, h200, &why))
+                << "head " << head << " " << to_string(dt) << " " << to_string(layout)
+                << " gqa " << p.gqa_ratio() << " bs " << bs << ": " << why;
+          }
+}
+
+TEST(PrefillWgmmaSelect, RejectsWithReason) {
+  struct Case {
+    const char* what;
+    const char* fragment;
+  };
+  auto check = [](ProblemDesc p, const DeviceInfo& d, const char* fragment) {
+    std::string why;
+    EXPECT_FALSE(prefill_wgmma_supported(p, d, &why)) << fragment;
+    EXPECT_NE(why.find(fragment), std::string::npos) << why;
+  };
+  const DeviceInfo h200 = synthetic_cuda_device();
+  ProblemDesc p = chunk_problem();
+  check(p, synthetic_cuda_device(kH200Smem, 132, 8), "compute capability 8.0");
+  {
+    DeviceInfo blackwell = synthetic_cuda_device(kH200Smem, 148, 10);
+    check(p, blackwell, "compute capability 10.0");
+  }
+  check(p, synthetic_cuda_device(100 * 1024), "shared memory limit");
+  p = chunk_problem(); p.device = Device::cpu(); check(p, h200, "not a CUDA device");
+  p = chunk_problem(); p.batch.num_prefill_seqs = 0; check(p, h200, "no prefill chunks");
+  p = chunk_problem(); p.q_dtype = p.cache_dtype = DType::kFloat32; check(p, h200, "fp16/bf16");
+  p = chunk_problem(); p.cache_dtype = DType::kFloat8E4M3; check(p, h200, "cache dtype differs");
+  p = chunk_problem(); p.head_size = 192; check(p, h200, "head_size");
+  p = chunk_problem(); p.head_size = 96; check(p, h200, "head_size");
+  p = chunk_problem(); p.layout = KVLayout::kSplit; check(p, h200, "split layout");
+  p = chunk_problem(); p.num_kv_heads = 70000; p.num_heads = 70000; check(p, h200, "65535");
+}
+
+TEST(PrefillWgmmaSelect, SharedMemoryFitsOneCtaPerSm) {
+  for (int head : {64, 128, 256}) {
+    EXPECT_LE(prefill_wgmma_smem_bytes(head), kH200Smem) << head;
+    // Query tile + stages of K and V + ids + alignment slack.
+    const int tok = prefill_wgmma_tile_tokens(head);
+    const std::int64_t tile = std::int64_t{tok} * head * 2;
+    EXPECT_EQ(prefill_wgmma_smem_bytes(head),
+              1024 + kWgmmaRowsPerCta * head * 2 + prefill_wgmma_stages(head) * (2 * tile + tok * 8));
+  }
+  EXPECT_EQ(prefill_wgmma_stages(64), 3);
+  EXPECT_EQ(prefill_wgmma_stages(128), 2);
+  EXPECT_EQ(prefill_wgmma_stages(256), 2);
+  EXPECT_EQ(prefill_wgmma_tile_tokens(128), 128);
+  EXPECT_EQ(prefill_wgmma_tile_tokens(256), 64);
+}
+
+TEST(PrefillWgmmaSelect, RowTiles) {
+  const std::int32_t qsl[] = {0, 1, 1, 65, 82, 182};  // query lengths 1, 0, 64, 17, 100
+  EXPECT_EQ(prefill_wgmma_row_tiles(qsl, 1, 5, 4, 1), 1 + 0 + 2 + 1 + 4);
+  EXPECT_EQ(prefill_wgmma_row_tiles(qsl, 1, 5, 4, 2), 0 + 0 + 2 + 1 + 4);
+  EXPECT_EQ(prefill_wgmma_row_tiles(qsl, 1, 5, 1, 2), 0 + 0 + 1 + 1 + 1);
+  EXPECT_EQ(prefill_wgmma_row_tiles(qsl, 1, 5, 16, 2), 0 + 0 + 8 + 3 + 13);
+}
+
+TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
+  const DeviceInfo info = synthetic_cuda_device();
+  auto c = select_kernel(chunk_problem(), info);
+  if (!built_with_cuda()) {
+    ASSERT_EQ(c.status().code(), StatusCode::kDeviceUnavailable);
+    return;
+  }
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->kernel, KernelId::kCudaTiled);  // the fallback for unaligned tensors
+  EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
+  EXPECT_TRUE(c->prefill_rows_wgmma) << c->reason;
+  EXPECT_NE(c->reason.find("cuda_prefill_wgmma"), std::string::npos) << c->reason;
+
+  // Mixed batch: decode rows on the decode fast path, chunks on the wgmma kernel.
+  ProblemDesc p = chunk_problem();
+  p.batch.num_seqs = 100;
+  p.batch.num_decode_seqs = 96;
+  p.batch.num_tokens += 96;
+  c = select_kernel(p, info);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prefill_rows_wgmma) << c->reason;
+  EXPECT_TRUE(c->decode_rows_fast_path) << c->reason;
+
+  // The option keeps prefill_mma, and explain says so.
+  PlanOptions o;
+  o.no_wgmma_prefill = true;
+  c = select_kernel(chunk_problem(), info, o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
+  EXPECT_FALSE(c->prefill_rows_wgmma) << c->reason;
+  EXPECT_NE(c->reason.find("wgmma prefill kernel not used: no_wgmma_prefill"), std::string::npos)
+      << c->reason;
+
+  // Another compute capability, or a feature it lacks: prefill_mma, with the reason.
+  c = select_kernel(chunk_problem(), synthetic_cuda_device(kH200Smem, 132, 8));
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
+  EXPECT_FALSE(c->prefill_rows_wgmma) << c->reason;
+  EXPECT_NE(c->reason.find("compute capability 8.0"), std::string::npos) << c->reason;
+  p = chunk_problem();
+  p.layout = KVLayout::kSplit;
+  c = select_kernel(p, info);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
+  EXPECT_FALSE(c->prefill_rows_wgmma) << c->reason;
+  EXPECT_NE(c->reason.find("wgmma prefill kernel not used: split layout"), std::string::npos)
+      << c->reason;
+
+  // Head 256: prefill_mma does not take it, the wgmma kernel does.
+  p = chunk_problem();
+  p.head_size = 256;
+  c = select_kernel(p, info);
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->prefill_rows_wgmma) << c->reason;
+  c = select_kernel(p, info, o);  // no_wgmma_prefill: the tiled kernel
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->prefill_rows_mma) << c->reason;
+
+  // Forced tiles keep the tiled kernel for the prefill rows: neither tensor-core kernel.
+  o = {};
+  o.tile_tokens = 16;
+  c = select_kernel(chunk_problem(), info, o);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->prefill_rows_mma);
+  EXPECT_FALSE(c->prefill_rows_wgmma);
+}
+
+}  // namespace
+}  // namespace pagedattn::cuda
