@@ -17,7 +17,7 @@
 #     same data (bench/peers/run_peers.py; issue 22): installs the payload that
 #     bench/peers/fetch_peers.sh staged in .peers/carry (carry that folder), builds the Python
 #     extension and the CLI, JIT-builds the FlashInfer modules that are not prebuilt (returned
-#     as flashinfer_aot.tar.xz: stage it with fetch_peers.sh --aot for the next call) and
+#     as flashinfer_aot_<k>.tar.xz: stage them with fetch_peers.sh --aot for the next call) and
 #     writes peers.json, peers.md and peers.png; PEERS_WORKLOADS / PEERS_ARGS narrow the run;
 #   MODE=python: build the Python extension only and run the pytest suite on cuda tensors
 #     (`pytest tests/python --device cuda`: the shared matrix, torch.compile, opcheck, the
@@ -250,8 +250,10 @@ if (( build_rc == 0 )) && [ "$MODE" = peers ]; then
   # FlashInfer's modules that were not carried prebuilt: compiled here, several at once,
   # and returned for the next call (fetch_peers.sh --aot).
   t0=$(date +%s)
-  run_limited 330 120 python3 bench/peers/run_peers.py --cli "$CLI" --workloads "$peers_wl" \
-    --prebuild-flashinfer "$OUT/flashinfer_aot.tar.xz" --jobs 4 > "$LOG/peers_jit.log" 2>&1
+  # The builds stop (and what is built is packed) with 200 s left for the timed run.
+  run_limited 360 120 python3 bench/peers/run_peers.py --cli "$CLI" --workloads "$peers_wl" \
+    --prebuild-flashinfer "$OUT/flashinfer_aot" --jobs 4 --deadline-s $(( $(left) - 200 )) \
+    > "$LOG/peers_jit.log" 2>&1
   rc=$?
   record flashinfer_jit "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
     "$(grep -E '^prebuild: [0-9]+ modules' "$LOG/peers_jit.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"

@@ -69,24 +69,35 @@ def _one(pattern: str, what: str) -> str:
 
 def stage(args):
     os.makedirs(args.carry, exist_ok=True)
-    # A clean carry folder: stale wheels of another version would stop pip on the device.
-    for old in glob.glob(os.path.join(args.carry, "*")):
-        shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
     fi_whl = _one(os.path.join(args.dl, "flashinfer_python-*.whl"), "flashinfer-python wheel")
     out = os.path.join(args.carry, "flashinfer.tar.xz")
-    n = 0
-    with zipfile.ZipFile(fi_whl) as z, tarfile.open(out, "w:xz", preset=6) as t:
-        for info in z.infolist():
-            if not _keep_flashinfer(info.filename, not args.no_jit_sources):
-                continue
-            ti = tarfile.TarInfo(info.filename)
-            ti.size = info.file_size
-            ti.mode = 0o644
-            with z.open(info) as f:
-                t.addfile(ti, f)
-            n += 1
-    print(f"staged {os.path.basename(fi_whl)}: {n} files -> {out} "
-          f"({os.path.getsize(out) / 1e6:.1f} MB)")
+    stamp_path = os.path.join(args.carry, "flashinfer.stamp")
+    stamp = f"{os.path.basename(fi_whl)} jit_sources={not args.no_jit_sources}\n"
+    # The xz archive takes minutes on a busy machine: kept when made from the same wheel.
+    keep = os.path.exists(out) and os.path.exists(stamp_path) and open(stamp_path).read() == stamp
+    # Otherwise a clean carry folder: stale wheels of another version would stop pip there.
+    for old in glob.glob(os.path.join(args.carry, "*")):
+        if keep and os.path.basename(old) in ("flashinfer.tar.xz", "flashinfer.stamp"):
+            continue
+        shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+    if keep:
+        print(f"kept {out} ({os.path.getsize(out) / 1e6:.1f} MB, from {stamp.strip()})")
+    else:
+        n = 0
+        with zipfile.ZipFile(fi_whl) as z, tarfile.open(out, "w:xz", preset=6) as t:
+            for info in z.infolist():
+                if not _keep_flashinfer(info.filename, not args.no_jit_sources):
+                    continue
+                ti = tarfile.TarInfo(info.filename)
+                ti.size = info.file_size
+                ti.mode = 0o644
+                with z.open(info) as f:
+                    t.addfile(ti, f)
+                n += 1
+        with open(stamp_path, "w") as f:
+            f.write(stamp)
+        print(f"staged {os.path.basename(fi_whl)}: {n} files -> {out} "
+              f"({os.path.getsize(out) / 1e6:.1f} MB)")
     os.makedirs(os.path.join(args.carry, "wheels"))
     for whl in glob.glob(os.path.join(args.dl, "gpu-wheels", "*.whl")):
         shutil.copy(whl, os.path.join(args.carry, "wheels"))
