@@ -246,13 +246,13 @@ def markdown(doc: dict) -> str:
              + ", ".join(f"{k} {v}" for k, v in doc["versions"].items()) + ")", "",
              "µs (decode: % of the read ceiling; prefill: TFLOP/s); ratio = best peer's time / "
              "pagedattn's (≥ 1.05 is the decode target, ≥ 1.0 prefill)", "",
-             "| workload | " + " | ".join(names) + " | best peer | ratio |",
-             "|---|" + "---:|" * len(names) + "---|---:|"]
+             "| workload | " + " | ".join(names) + " | best peer | ratio | pagedattn C++ |",
+             "|---|" + "---:|" * len(names) + "---|---:|---:|"]
     notes = []
     for row in doc["results"]:
         if "error" in row:
             lines.append(f"| {row['name']} | " + " | ".join("-" for _ in names) +
-                         f" | data: {row['error']} | - |")
+                         f" | data: {row['error']} | - | - |")
             continue
         prefill = row.get("group") == "prefill"
         cells = []
@@ -262,8 +262,11 @@ def markdown(doc: dict) -> str:
             if r.get("status") in ("n/a", "wrong", "error"):
                 notes.append(f"- {row['name']} / {n}: {r['status']}: {r.get('reason', '')}")
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else "-"
+        # The same workload through `pagedattn bench` (C++, same run): the Python path's
+        # timing should agree with it.
+        cxx = f"{row['pagedattn_cxx_us']:.1f}" if "pagedattn_cxx_us" in row else "-"
         lines.append(f"| {row['name']} | " + " | ".join(cells) +
-                     f" | {row.get('best_peer', '-')} | {ratio} |")
+                     f" | {row.get('best_peer', '-')} | {ratio} | {cxx} |")
     if notes:
         lines += ["", "Not timed:"] + notes
     lines += ["", "Command: `" + doc.get("command", "") + "`", ""]
