@@ -18,7 +18,8 @@
 #     bench/peers/fetch_peers.sh staged in .peers/carry (carry that folder), builds the Python
 #     extension and the CLI, JIT-builds the FlashInfer modules that are not prebuilt (returned
 #     as flashinfer_aot_<k>.tar.xz: stage them with fetch_peers.sh --aot for the next call) and
-#     writes peers.json, peers.md and peers.png; PEERS_WORKLOADS / PEERS_ARGS narrow the run;
+#     writes peers.json, peers.md and peers.png; PEERS_WORKLOADS / PEERS_ARGS narrow the run,
+#     PEERS_PREBUILD_WORKLOADS the FlashInfer builds (default: PEERS_WORKLOADS's);
 #   MODE=python: build the Python extension only and run the pytest suite on cuda tensors
 #     (`pytest tests/python --device cuda`: the shared matrix, torch.compile, opcheck, the
 #     current stream, CUDA-graph replay) and bench/python_overhead.py (host overhead of
@@ -251,7 +252,8 @@ if (( build_rc == 0 )) && [ "$MODE" = peers ]; then
   # and returned for the next call (fetch_peers.sh --aot).
   t0=$(date +%s)
   # The builds stop (and what is built is packed) with 200 s left for the timed run.
-  run_limited 360 120 python3 bench/peers/run_peers.py --cli "$CLI" --workloads "$peers_wl" \
+  run_limited 360 120 python3 bench/peers/run_peers.py --cli "$CLI" \
+    --workloads "${PEERS_PREBUILD_WORKLOADS:-$peers_wl}" \
     --prebuild-flashinfer "$OUT/flashinfer_aot" --jobs 4 --deadline-s $(( $(left) - 200 )) \
     > "$LOG/peers_jit.log" 2>&1
   rc=$?

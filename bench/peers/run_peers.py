@@ -136,6 +136,11 @@ def run(args) -> int:
         versions["vllm"] = open(src).read().split(":")[0]
     timer = Timer(device, args.iters, args.warmup, args.flush)
     results = []
+    sticky = False
+    doc = {"device": dev_name, "read_ceiling_gbps": ceiling, "iters": args.iters,
+           "warmup": args.warmup, "l2_flush": args.flush, "versions": versions,
+           "peers": [i.name for i in impls], "results": results, "complete": False,
+           "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
     for w in workloads:
         t0 = time.time()
         try:
@@ -183,31 +188,43 @@ def run(args) -> int:
                 if args.verbose:
                     traceback.print_exc()
             row["impls"][impl.name] = r
-            torch.cuda.synchronize()
+            try:
+                torch.cuda.synchronize()
+            except Exception as e:  # noqa: BLE001  (a sticky CUDA error: nothing more runs)
+                r.update(status="error", reason="CUDA error after the call: " + _first_line(e))
+                sticky = True
+                break
         finish_row(row)
         results.append(row)
         print(format_row(row, [i.name for i in impls]) + f"   [{time.time() - t0:.0f} s]",
               flush=True)
+        # After every workload: a run stopped by a time limit still leaves its rows.
+        write_outputs(doc, args, final=False)
+        if sticky:
+            print("run_peers: stopping: the CUDA context is broken", flush=True)
+            break
         del b
         torch.cuda.empty_cache()
-    doc = {"device": dev_name, "read_ceiling_gbps": ceiling, "iters": args.iters,
-           "warmup": args.warmup, "l2_flush": args.flush, "versions": versions,
-           "peers": [i.name for i in impls], "results": results,
-           "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+    doc["complete"] = not sticky
+    write_outputs(doc, args, final=True)
+    bad = [r["name"] for r in results if "error" in r or
+           r["impls"].get("pagedattn", {}).get("status") not in (None, "ok")]
+    return 1 if bad else 0
+
+
+def write_outputs(doc: dict, args, final: bool):
     md = markdown(doc)
-    print()
-    print(md)
+    if final:
+        print()
+        print(md)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=2)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md)
-    if args.png:
+    if args.png and final:
         plot(doc, args.png)
-    bad = [r["name"] for r in results if "error" in r or
-           r["impls"].get("pagedattn", {}).get("status") not in (None, "ok")]
-    return 1 if bad else 0
 
 
 def finish_row(row: dict):
@@ -248,6 +265,8 @@ def markdown(doc: dict) -> str:
              "pagedattn's (≥ 1.05 is the decode target, ≥ 1.0 prefill)", "",
              "| workload | " + " | ".join(names) + " | best peer | ratio | pagedattn C++ |",
              "|---|" + "---:|" * len(names) + "---|---:|---:|"]
+    if not doc.get("complete", True):
+        lines[0] += " — INCOMPLETE: the run stopped after these rows"
     notes = []
     for row in doc["results"]:
         if "error" in row:
