@@ -67,6 +67,9 @@ class Timer:
     def __init__(self, device: str, iters: int, warmup: int, flush: str):
         import torch
         self.iters, self.warmup, self.flush_mode = iters, warmup, flush
+        self.cpu = device == "cpu"
+        if self.cpu:  # --device cpu: the run's bookkeeping only (wall clock, no flush)
+            return
         l2 = torch.cuda.get_device_properties(device).L2_cache_size
         self.flush = None if flush == "none" else torch.empty(
             max(2 * l2, 64 << 20) // 16 * 16, dtype=torch.uint8, device=device)
@@ -77,6 +80,13 @@ class Timer:
         import torch
         for _ in range(self.warmup):
             fn()
+        if self.cpu:
+            ts = []
+            for _ in range(self.iters):
+                t = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t) * 1e6)
+            return ts
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for i in range(self.iters):
@@ -117,8 +127,12 @@ def run(args) -> int:
     workloads = select(base + derived_workloads(base), args.workloads)
     impls = make_impls(args.peers.split(","))
     FlashInfer.allow_jit = args.allow_jit
-    device = "cuda"
-    dev_name = torch.cuda.get_device_name(0)
+    device = args.device
+    dev_name = "cpu" if device == "cpu" else torch.cuda.get_device_name(0)
+
+    def sync():
+        if device != "cpu":
+            torch.cuda.synchronize()
     cxx_names = [w.name for w in workloads if w.group in ("standard", "trace")]
     ceiling, cxx = read_ceiling_and_cxx(args.cli, cxx_names if args.cxx_bench else [],
                                         args.iters, args.flush)
@@ -165,7 +179,7 @@ def run(args) -> int:
             try:
                 fn = impl.prepare(b)
                 out = fn()
-                torch.cuda.synchronize()
+                sync()
                 ok, maxdiff, worst, detail = compare(impl.rows(out, b, rows), ref, tol)
                 r.update(max_abs_error=maxdiff, worst_ratio=worst, kernel=impl.label())
                 if not ok:
@@ -189,7 +203,7 @@ def run(args) -> int:
                     traceback.print_exc()
             row["impls"][impl.name] = r
             try:
-                torch.cuda.synchronize()
+                sync()
             except Exception as e:  # noqa: BLE001  (a sticky CUDA error: nothing more runs)
                 r.update(status="error", reason="CUDA error after the call: " + _first_line(e))
                 sticky = True
@@ -204,7 +218,8 @@ def run(args) -> int:
             print("run_peers: stopping: the CUDA context is broken", flush=True)
             break
         del b
-        torch.cuda.empty_cache()
+        if device != "cpu":
+            torch.cuda.empty_cache()
     doc["complete"] = not sticky
     write_outputs(doc, args, final=True)
     bad = [r["name"] for r in results if "error" in r or
@@ -404,6 +419,9 @@ def main() -> int:
     ap.add_argument("--workloads", default="standard,trace,config,prefill",
                     help="names or groups (standard, trace, config, prefill, all)")
     ap.add_argument("--peers", default=DEFAULT_PEERS, help="comma list; pagedattn first")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a test of the run's bookkeeping (pagedattn's CPU backend, wall "
+                         "clock)")
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--flush", choices=["clean", "dirty", "none"], default="clean")
