@@ -174,6 +174,7 @@ def run(args) -> int:
                "checked_rows": len(rows), "tolerance": list(tol), "impls": {}}
         if w.name in cxx:
             row["pagedattn_cxx_us"] = cxx[w.name]
+        results.append(row)
         for impl in impls:
             r = {"library": impl.library}
             try:
@@ -202,6 +203,8 @@ def run(args) -> int:
                 if args.verbose:
                     traceback.print_exc()
             row["impls"][impl.name] = r
+            # After every library: a run stopped by a time limit keeps what it measured.
+            write_outputs(doc, args, final=False)
             try:
                 sync()
             except Exception as e:  # noqa: BLE001  (a sticky CUDA error: nothing more runs)
@@ -209,10 +212,8 @@ def run(args) -> int:
                 sticky = True
                 break
         finish_row(row)
-        results.append(row)
         print(format_row(row, [i.name for i in impls]) + f"   [{time.time() - t0:.0f} s]",
               flush=True)
-        # After every workload: a run stopped by a time limit still leaves its rows.
         write_outputs(doc, args, final=False)
         if sticky:
             print("run_peers: stopping: the CUDA context is broken", flush=True)
