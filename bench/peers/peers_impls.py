@@ -226,6 +226,17 @@ class Sdpa(Impl):
                 mask = causal_lower_right(ql, L)
                 self.kind = "dense, causal_lower_right"
                 fn = lambda: run1(q, k, v, False, mask)  # noqa: E731
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001  the mask object without the GQA flag
+                    rep = w.num_heads // w.num_kv_heads
+                    ke, ve = (x.repeat_interleave(rep, dim=1).contiguous() for x in (k, v))
+                    self.kind = "dense, causal_lower_right, K/V heads expanded"
+
+                    def fn():
+                        with sdpa_kernel([member]):
+                            return F.scaled_dot_product_attention(q, ke, ve, attn_mask=mask,
+                                                                  scale=scale)
             fn()
             torch.cuda.synchronize() if b.device != "cpu" else None
         except Unsupported:

@@ -151,7 +151,10 @@ def _unpack(carry: str, site: str):
         if not os.path.exists(tarball):
             sys.exit(f"peers_pack: {tarball} missing: run bench/peers/fetch_peers.sh")
         with tarfile.open(tarball) as t:
-            t.extractall(site)
+            try:
+                t.extractall(site, filter="data")
+            except TypeError:  # a Python without extraction filters
+                t.extractall(site)
     aot = os.path.join(site, "flashinfer", "data", "aot")
     mods = sorted(os.listdir(aot)) if os.path.isdir(aot) else []
     print(f"flashinfer unpacked into {site}; {len(mods)} prebuilt modules")
