@@ -15,6 +15,13 @@
 #     the Sanitize* cases, which run under the sanitizers);
 #   MODE=quick: a kernel-development loop: build, the GPU test suite (no sanitizers) and the
 #     standard decode workloads (nhd; W1/W2/W5 split), about two minutes.
+#   MODE=peers: pagedattn beside FlashInfer, vLLM's Triton attention and PyTorch SDPA on the
+#     same data (bench/peers/run_peers.py; issue 22): installs the payload that
+#     bench/peers/fetch_peers.sh staged in .peers/carry (carry that folder), builds the Python
+#     extension and the CLI, JIT-builds the FlashInfer modules that are not prebuilt (returned
+#     as flashinfer_aot_<k>.tar.xz: stage them with fetch_peers.sh --aot for the next call) and
+#     writes peers.json, peers.md and peers.png; PEERS_WORKLOADS / PEERS_ARGS narrow the run,
+#     PEERS_PREBUILD_WORKLOADS the FlashInfer builds (default: PEERS_WORKLOADS's);
 #   MODE=python: build the Python extension only and run the pytest suite on cuda tensors
 #     (`pytest tests/python --device cuda`: the shared matrix, torch.compile, opcheck, the
 #     current stream, CUDA-graph replay) and bench/python_overhead.py (host overhead of
@@ -97,6 +104,8 @@ fi
     -DCMAKE_CUDA_ARCHITECTURES=90a "${PY_FLAGS[@]}" &&
   if [ "$MODE" = python ]; then
     run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}"
+  elif [ "$MODE" = peers ]; then
+    run_limited 300 240 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}" pagedattn_cli
   elif [ "$MODE" = bench ]; then
     run_limited 330 120 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cli
   else
@@ -233,7 +242,45 @@ if (( build_rc == 0 )) && { [ "$MODE" = python ] || [ "$MODE" = check ]; }; then
   fi
 fi
 
-if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ] && [ "$MODE" != python ]; then
+if (( build_rc == 0 )) && [ "$MODE" = peers ]; then
+  # ---------------------------------------------------------------- peers (issue 22)
+  t0=$(date +%s)
+  site=/tmp/peers_site
+  python3 bench/peers/peers_pack.py install --carry .peers/carry --site "$site" \
+    > "$LOG/peers_install.log" 2>&1
+  rc=$?
+  peers_path="$(grep '^PYTHONPATH=' "$LOG/peers_install.log" | tail -1 | cut -d= -f2-)"
+  record peers_install "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
+    "$(grep -E 'flashinfer unpacked|Error' "$LOG/peers_install.log" | head -1)"
+  export PYTHONPATH="$(cd "$BUILD" && pwd)/python${peers_path:+:$peers_path}"
+  export FLASHINFER_WORKSPACE_BASE=/tmp/fi_ws TVM_FFI_CACHE_DIR=/tmp/tvm_ffi_cache \
+    FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
+  peers_wl="${PEERS_WORKLOADS:-standard,trace,config,prefill}"
+  # FlashInfer's modules that were not carried prebuilt: compiled here, several at once,
+  # and returned for the next call (fetch_peers.sh --aot).
+  t0=$(date +%s)
+  # The builds stop (and what is built is packed) with 200 s left for the timed run.
+  run_limited 360 120 python3 bench/peers/run_peers.py --cli "$CLI" \
+    --workloads "${PEERS_PREBUILD_WORKLOADS:-$peers_wl}" \
+    --prebuild-flashinfer "$OUT/flashinfer_aot" --jobs 4 --deadline-s $(( $(left) - 200 )) \
+    > "$LOG/peers_jit.log" 2>&1
+  rc=$?
+  record flashinfer_jit "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
+    "$(grep -E '^prebuild: [0-9]+ modules' "$LOG/peers_jit.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+  cat "$LOG/peers_jit.log"
+  t0=$(date +%s)
+  # shellcheck disable=SC2086  # PEERS_ARGS: several flags
+  run_limited 400 10 python3 bench/peers/run_peers.py --cli "$CLI" --workloads "$peers_wl" \
+    --json "$OUT/peers.json" --md "$OUT/peers.md" --png "$OUT/peers.png" ${PEERS_ARGS:-} \
+    > "$LOG/peers.log" 2>&1
+  rc=$?
+  record peers "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
+    "exit $rc$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+  cat "$LOG/peers.log"
+fi
+
+if (( build_rc == 0 )) && [ "$MODE" != check ] && [ "$MODE" != quick ] && [ "$MODE" != python ] &&
+   [ "$MODE" != peers ]; then
   # ---------------------------------------------------------------- benchmark
   t0=$(date +%s)
   run_limited 150 90 "$CLI" bench --workloads standard,trace --sweep --json "$OUT/bench.json" \

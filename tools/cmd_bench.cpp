@@ -51,6 +51,7 @@ struct BenchFlags {
   int splits = 0;
   bool batch_invariant = false;
   bool no_wgmma = false;
+  bool list_workloads = false;  // print the definitions as JSON, time nothing
   std::vector<std::string> configs;  // --config, each the text of verify's flags
   bool matrix = false;
   std::string matrix_filter;
@@ -94,7 +95,51 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+/// `--list-workloads`: every workload definition (standard, trace, sweeps) as JSON on stdout,
+/// for tools that must run other libraries on exactly these shapes and lengths
+/// (bench/peers/run_peers.py). Needs no GPU.
+int list_workloads(const BenchFlags& f) {
+  auto layout = parse_layout(f.layout);
+  if (!layout.ok()) {
+    std::fprintf(stderr, "pagedattn bench: --layout: %s\n", layout.status().message().c_str());
+    return kExitInvalid;
+  }
+  std::vector<bench::Workload> all = bench::standard_workloads(*layout, f.seed);
+  auto traces = bench::trace_workloads(*layout, f.seed);
+  if (!traces.ok()) {
+    std::fprintf(stderr, "pagedattn bench: %s\n", traces.status().to_string().c_str());
+    return exit_code_for(traces.status());
+  }
+  all.insert(all.end(), traces->begin(), traces->end());
+  for (auto& w : bench::sweep_workloads(*layout)) all.push_back(w);
+  nlohmann::json j;
+  j["seed"] = f.seed;
+  j["layout"] = f.layout;
+  j["workloads"] = nlohmann::json::array();
+  for (const auto& w : all) {
+    nlohmann::json row;
+    row["name"] = w.name;
+    row["description"] = w.description;
+    row["group"] = w.group;
+    row["num_heads"] = w.num_heads;
+    row["num_kv_heads"] = w.num_kv_heads;
+    row["head_size"] = w.head_size;
+    row["block_size"] = w.block_size;
+    row["dtype"] = to_string(w.dtype);
+    row["kv_dtype"] = to_string(w.kv_dtype);
+    row["page_pad"] = w.page_pad;
+    row["seq_lens"] = w.seq_lens;
+    row["query_lens"] = w.query_lens;  // empty: every query length is 1
+    row["graph"] = w.graph;
+    row["useful_bytes"] = bench::useful_bytes(w);
+    j["workloads"].push_back(row);
+  }
+  fmt::print("{}\n", j.dump());
+  return kExitOk;
+}
+
 int run_bench(const BenchFlags& f) {
+  if (f.list_workloads) return list_workloads(f);
   if (f.device == "cpu") {
     std::fprintf(stderr, "pagedattn bench: measures GPU kernels; --device cpu is not supported\n");
     return kExitInvalid;
@@ -602,6 +647,9 @@ Action register_bench(CLI::App& app) {
                 "tokens), to measure what the mode costs");
   cmd->add_option("--seed", flags->seed, "seed of the data and of W4's lengths")
       ->check(kNonNegativeInteger);
+  cmd->add_flag("--list-workloads", flags->list_workloads,
+                "print every workload's definition (shapes, lengths, dtypes) as JSON and exit "
+                "(no GPU needed)");
   cmd->footer("Exit status: 0 success, 1 an output differs from the oracle (that row is not "
               "timed), 2 invalid input or usage, 3 requested device unavailable. Matrix rows "
               "the library does not support print 'unsupported: <reason>' and are no error.");

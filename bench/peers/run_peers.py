@@ -1,0 +1,473 @@
+#!/usr/bin/env python3
+"""pagedattn beside its peers on the same data, in one run (issue 22): FlashInfer's tensor-core
+decode and paged prefill (fa2, fa3), vLLM's Triton unified_attention and PyTorch SDPA (cuDNN,
+flash) on dense K/V, on pagedattn's bench workloads.
+
+Workloads: W1-W7 and the trace steps exactly as `pagedattn bench` defines them (read from
+`pagedattn bench --list-workloads`, so shapes, lengths and W4's seeded lengths are the C++
+ones; the blocks are placed in the same seeded random permutation of a pool 16 blocks larger
+than needed); the W1 shape with an fp8 e4m3 cache and with head sizes 80, 96 and 256; and two
+prefill shapes (bf16, 32/8 heads, head 128, block 16): 4 chunks of 2048 tokens ending an 8192
+context, and 1 fresh causal sequence of 8192.
+
+Data: one paged cache per workload filled through pagedattn (KVCache + write_kv from random
+dense K/V, uniform in [-1, 1)); every peer reads that same cache memory through its own
+metadata (FlashInfer: page indptr/indices/last-page lengths; vLLM: the block table; NHD page
+layout [num_blocks, block_size, KV heads, head]). SDPA gets dense K/V gathered from it (only
+for batches of equal lengths: dense attention has no ragged batch).
+
+Checking: before a peer is timed its output is compared with pagedattn's oracle
+(pagedattn.reference_attention, CPU, double accumulation) on sampled rows (the first, last and
+longest sequences; first, last and two random query rows of each), within the project's
+tolerance (pagedattn._C.testing.tolerance_for). A peer that fails the check is reported as
+'wrong', one that cannot run the workload (page size, fp8, head size, ...) as 'n/a' with the
+library's reason; neither is timed.
+
+Timing: as `pagedattn bench` (bench/bench_support.cu): before each call the L2 is flushed by a
+write then a read of max(2 x L2, 64 MB); CUDA events around the call; median of --iters calls
+after --warmup. A short spin kernel (torch.cuda._sleep) precedes each flush so that the host,
+whose Python launch path differs from library to library, is always ahead of the GPU and no
+launch latency falls between the events.
+
+Output: one table on stdout (us; % of the read ceiling for decode, from useful bytes as in
+DESIGN.md §6, with the ceiling measured by `pagedattn bench` in the same run; TFLOP/s for
+prefill, FLOPs = 4 x allowed (query, key) pairs x head size x heads; ratio = best peer time /
+pagedattn time, > 1 when pagedattn is faster), and --json/--md/--png.
+
+  python3 bench/peers/run_peers.py --cli build/pagedattn --json peers.json --md peers.md \\
+      --png peers.png
+  python3 bench/peers/run_peers.py --prebuild-flashinfer fi_aot   # JIT only: fi_aot_<k>.tar.xz
+  python3 bench/peers/run_peers.py --cpu-smoke                            # CPU-side self-test
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+sys.path.insert(0, HERE)
+from peers_impls import (DEFAULT_PEERS, FlashInfer, PagedAttn, Sdpa, Unsupported,  # noqa: E402
+                         VllmTriton, _first_line, make_impls, prebuild_flashinfer)
+from peers_workloads import (Batch, SplitMix64, Workload, check_rows, cli_workloads,  # noqa: E402
+                             compare, derived_workloads, oracle, replace, scaled_down, select,
+                             tolerance)
+
+# ----------------------------------------------------------------------------- timing
+class Timer:
+    """`pagedattn bench`'s method (bench/bench_support.cu time_call), in PyTorch."""
+
+    def __init__(self, device: str, iters: int, warmup: int, flush: str):
+        import torch
+        self.iters, self.warmup, self.flush_mode = iters, warmup, flush
+        self.cpu = device == "cpu"
+        if self.cpu:  # --device cpu: the run's bookkeeping only (wall clock, no flush)
+            return
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size
+        self.flush = None if flush == "none" else torch.empty(
+            max(2 * l2, 64 << 20) // 16 * 16, dtype=torch.uint8, device=device)
+        # ~100 us of spin at the H200's clock: longer than any library's host launch path.
+        self.spin_cycles = 200_000
+
+    def __call__(self, fn) -> list:
+        import torch
+        for _ in range(self.warmup):
+            fn()
+        if self.cpu:
+            ts = []
+            for _ in range(self.iters):
+                t = time.perf_counter()
+                fn()
+                ts.append((time.perf_counter() - t) * 1e6)
+            return ts
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
+        for i in range(self.iters):
+            torch.cuda._sleep(self.spin_cycles)
+            if self.flush is not None:
+                self.flush.fill_(i & 0xFF)
+                if self.flush_mode == "clean":  # the read evicts the dirty lines first
+                    self.flush.view(torch.int32).sum()
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+
+# ----------------------------------------------------------------------------- run
+def read_ceiling_and_cxx(cli: str, names: list, iters: int, flush: str):
+    """Run `pagedattn bench` (C++) on the standard/trace workloads among `names` (W7 if none):
+    the read ceiling of this run and pagedattn's own C++ timings."""
+    import tempfile
+    sel = names or ["W7"]
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "bench.json")
+        p = subprocess.run([cli, "bench", "--workloads", ",".join(sel), "--iters", str(iters),
+                            "--flush", flush, "--json", path], capture_output=True, text=True)
+        if p.returncode != 0 or not os.path.exists(path):
+            print(f"run_peers: pagedattn bench failed ({p.returncode}): {p.stderr.strip()[:300]}",
+                  file=sys.stderr)
+            return 0.0, {}
+        j = json.load(open(path))
+    return j["read_ceiling_gbps"], {r["name"]: r["median_us"] for r in j["results"]}
+
+
+def run(args) -> int:
+    import torch
+    import pagedattn
+    base = cli_workloads(args.cli, args.seed)
+    workloads = select(base + derived_workloads(base), args.workloads)
+    impls = make_impls(args.peers.split(","))
+    FlashInfer.allow_jit = args.allow_jit
+    device = args.device
+    dev_name = "cpu" if device == "cpu" else torch.cuda.get_device_name(0)
+
+    def sync():
+        if device != "cpu":
+            torch.cuda.synchronize()
+    cxx_names = [w.name for w in workloads if w.group in ("standard", "trace")]
+    ceiling, cxx = read_ceiling_and_cxx(args.cli, cxx_names if args.cxx_bench else [],
+                                        args.iters, args.flush)
+    print(f"device: {dev_name}; read ceiling {ceiling:.0f} GB/s (pagedattn bench); "
+          f"median of {args.iters} calls after {args.warmup}, L2 flush {args.flush}",
+          flush=True)
+    versions = {"torch": torch.__version__, "pagedattn": pagedattn.__version__}
+    for mod in ("flashinfer", "triton"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception as e:  # noqa: BLE001
+            versions[mod] = f"unavailable ({_first_line(e)})"
+    src = os.path.join(ROOT, ".peers", "carry", "vllm_triton", "SOURCE")
+    if os.path.exists(src):
+        versions["vllm"] = open(src).read().split(":")[0]
+    timer = Timer(device, args.iters, args.warmup, args.flush)
+    results = []
+    sticky = False
+    doc = {"device": dev_name, "read_ceiling_gbps": ceiling, "iters": args.iters,
+           "warmup": args.warmup, "l2_flush": args.flush, "versions": versions,
+           "peers": [i.name for i in impls], "results": results, "complete": False,
+           "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+    for w in workloads:
+        t0 = time.time()
+        try:
+            b = Batch(w, device, args.seed)
+        except Exception as e:  # noqa: BLE001
+            print(f"{w.name}: data: {_first_line(e)}", flush=True)
+            results.append({"name": w.name, "error": _first_line(e)})
+            continue
+        rows = check_rows(w, args.check_rows, args.seed)
+        ref = oracle(b, rows)
+        tol = tolerance(w)
+        row = {"name": w.name, "group": w.group, "description": w.description,
+               "num_seqs": len(w.seq_lens), "num_tokens": w.num_tokens,
+               "total_kv_tokens": sum(w.seq_lens), "head_size": w.head_size,
+               "block_size": w.block_size, "kv_dtype": w.kv_dtype,
+               "useful_bytes": w.useful_bytes(), "flops": w.flops(),
+               "checked_rows": len(rows), "tolerance": list(tol), "impls": {}}
+        if w.name in cxx:
+            row["pagedattn_cxx_us"] = cxx[w.name]
+        results.append(row)
+        for impl in impls:
+            r = {"library": impl.library}
+            try:
+                fn = impl.prepare(b)
+                out = fn()
+                sync()
+                ok, maxdiff, worst, detail = compare(impl.rows(out, b, rows), ref, tol)
+                r.update(max_abs_error=maxdiff, worst_ratio=worst, kernel=impl.label())
+                if not ok:
+                    r.update(status="wrong", reason=f"outside the tolerance by {worst:.2f}x "
+                             f"({detail})")
+                else:
+                    ts = timer(fn)
+                    med = statistics.median(ts)
+                    r.update(status="ok", median_us=med,
+                             p10_us=sorted(ts)[len(ts) // 10], p90_us=sorted(ts)[9 * len(ts) // 10])
+                    if w.is_prefill:
+                        r["tflops"] = w.flops() / (med * 1e-6) / 1e12
+                    elif ceiling > 0:
+                        r["pct_of_ceiling"] = 100.0 * w.useful_bytes() / (med * 1e-6) / 1e9 \
+                            / ceiling
+            except Unsupported as e:
+                r.update(status="n/a", reason=str(e))
+            except Exception as e:  # noqa: BLE001
+                r.update(status="error", reason=_first_line(e))
+                if args.verbose:
+                    traceback.print_exc()
+            row["impls"][impl.name] = r
+            # After every library: a run stopped by a time limit keeps what it measured.
+            write_outputs(doc, args, final=False)
+            try:
+                sync()
+            except Exception as e:  # noqa: BLE001  (a sticky CUDA error: nothing more runs)
+                r.update(status="error", reason="CUDA error after the call: " + _first_line(e))
+                sticky = True
+                break
+        finish_row(row)
+        print(format_row(row, [i.name for i in impls]) + f"   [{time.time() - t0:.0f} s]",
+              flush=True)
+        write_outputs(doc, args, final=False)
+        if sticky:
+            print("run_peers: stopping: the CUDA context is broken", flush=True)
+            break
+        del b
+        if device != "cpu":
+            torch.cuda.empty_cache()
+    doc["complete"] = not sticky
+    write_outputs(doc, args, final=True)
+    bad = [r["name"] for r in results if "error" in r or
+           r["impls"].get("pagedattn", {}).get("status") not in (None, "ok")]
+    return 1 if bad else 0
+
+
+def write_outputs(doc: dict, args, final: bool):
+    md = markdown(doc)
+    if final:
+        print()
+        print(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(md)
+    if args.png and final:
+        plot(doc, args.png)
+
+
+def finish_row(row: dict):
+    """Best peer and the ratio best-peer time / pagedattn time (> 1: pagedattn faster)."""
+    peers = {n: r for n, r in row["impls"].items()
+             if n != "pagedattn" and r.get("status") == "ok"}
+    if peers:
+        best = min(peers, key=lambda n: peers[n]["median_us"])
+        row["best_peer"] = best
+        pa = row["impls"].get("pagedattn", {})
+        if pa.get("status") == "ok":
+            row["ratio"] = peers[best]["median_us"] / pa["median_us"]
+
+
+def _cell(r: dict, prefill: bool) -> str:
+    st = r.get("status")
+    if st != "ok":
+        return st or "-"
+    metric = (f"{r['tflops']:.0f} TF/s" if prefill else
+              f"{r['pct_of_ceiling']:.1f}%" if "pct_of_ceiling" in r else "")
+    return f"{r['median_us']:.1f} ({metric})" if metric else f"{r['median_us']:.1f}"
+
+
+def format_row(row: dict, names: list) -> str:
+    prefill = row.get("group") == "prefill"
+    cells = [_cell(row["impls"].get(n, {}), prefill) for n in names]
+    ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "-"
+    return f"{row['name']:18s} " + " | ".join(f"{c:>18s}" for c in cells) + f" | {ratio}"
+
+
+def markdown(doc: dict) -> str:
+    names = doc["peers"]
+    lines = [f"pagedattn and its peers on {doc['device']} (read ceiling "
+             f"{doc['read_ceiling_gbps']:.0f} GB/s; median of {doc['iters']} calls, L2 flush "
+             f"{doc['l2_flush']}; versions: "
+             + ", ".join(f"{k} {v}" for k, v in doc["versions"].items()) + ")", "",
+             "µs (decode: % of the read ceiling; prefill: TFLOP/s); ratio = best peer's time / "
+             "pagedattn's (≥ 1.05 is the decode target, ≥ 1.0 prefill)", "",
+             "| workload | " + " | ".join(names) + " | best peer | ratio | pagedattn C++ |",
+             "|---|" + "---:|" * len(names) + "---|---:|---:|"]
+    if not doc.get("complete", True):
+        lines[0] += " — INCOMPLETE: the run stopped after these rows"
+    notes = []
+    for row in doc["results"]:
+        if "error" in row:
+            lines.append(f"| {row['name']} | " + " | ".join("-" for _ in names) +
+                         f" | data: {row['error']} | - | - |")
+            continue
+        prefill = row.get("group") == "prefill"
+        cells = []
+        for n in names:
+            r = row["impls"].get(n, {})
+            cells.append(_cell(r, prefill))
+            if r.get("status") in ("n/a", "wrong", "error"):
+                notes.append(f"- {row['name']} / {n}: {r['status']}: {r.get('reason', '')}")
+        ratio = f"{row['ratio']:.2f}" if "ratio" in row else "-"
+        # The same workload through `pagedattn bench` (C++, same run): the Python path's
+        # timing should agree with it.
+        cxx = f"{row['pagedattn_cxx_us']:.1f}" if "pagedattn_cxx_us" in row else "-"
+        lines.append(f"| {row['name']} | " + " | ".join(cells) +
+                     f" | {row.get('best_peer', '-')} | {ratio} | {cxx} |")
+    if notes:
+        lines += ["", "Not timed:"] + notes
+    lines += ["", "Command: `" + doc.get("command", "") + "`", ""]
+    return "\n".join(lines)
+
+
+def plot(doc: dict, path: str):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:  # noqa: BLE001
+        print(f"run_peers: no plot ({_first_line(e)})", file=sys.stderr)
+        return
+    rows = [r for r in doc["results"] if "impls" in r]
+    names = doc["peers"]
+    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 4.5))
+    width = 0.8 / max(1, len(names))
+    for k, n in enumerate(names):
+        xs, ys = [], []
+        for i, r in enumerate(rows):
+            c = r["impls"].get(n, {})
+            pa = r["impls"].get("pagedattn", {})
+            if c.get("status") == "ok" and pa.get("status") == "ok":
+                xs.append(i + (k - (len(names) - 1) / 2) * width)
+                ys.append(pa["median_us"] / c["median_us"])  # speed relative to pagedattn
+        ax.bar(xs, ys, width, label=n)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r["name"] for r in rows], rotation=45, ha="right")
+    ax.set_ylabel("speed relative to pagedattn (pagedattn time / time)")
+    ax.set_title(f"pagedattn and peers, {doc['device']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+# ----------------------------------------------------------------------------- self-test
+def self_test(args) -> int:
+    """No torch, no GPU: this file's copies of the C++ definitions agree with the CLI's."""
+    p = subprocess.run([args.cli, "bench", "--list-workloads", "--seed", str(args.seed)],
+                       capture_output=True, text=True, check=True)
+    listed = {w["name"]: w for w in json.loads(p.stdout)["workloads"]}
+    fails = []
+    rng = SplitMix64(args.seed)  # bench/workloads.cpp: W4's lengths, uniform 128..8192
+    w4 = [rng.uniform(128, 8192) for _ in range(256)]
+    if listed["W4"]["seq_lens"] != w4:
+        fails.append("W4 lengths differ from SplitMix64's")
+    for w in cli_workloads(args.cli, args.seed):
+        if w.useful_bytes() != listed[w.name]["useful_bytes"]:
+            fails.append(f"{w.name}: useful bytes {w.useful_bytes()} != "
+                         f"{listed[w.name]['useful_bytes']}")
+    # Pairs under the bottom-right mask: a fresh causal 3 x 3 has 6; a 2-row chunk ending a
+    # context of 5 has 4 + 5.
+    if Workload("a", "prefill", "", [3], [3]).allowed_pairs() != 6 or \
+            Workload("b", "prefill", "", [5], [2]).allowed_pairs() != 9:
+        fails.append("allowed_pairs")
+    chunks = next(w for w in derived_workloads([]) if w.name == "P-chunks")
+    if chunks.allowed_pairs() != 4 * (2048 * 6144 + 2048 * 2049 // 2):
+        fails.append("P-chunks pairs")
+    for f in fails:
+        print("self-test:", f)
+    print(f"self-test: {len(fails)} failures over {len(listed)} listed workloads")
+    return 1 if fails else 0
+
+
+# ----------------------------------------------------------------------------- CPU smoke
+def cpu_smoke(args) -> int:
+    """The data, metadata and oracle-check paths on the CPU at small scale: pagedattn's CPU
+    backend and SDPA's math backend must pass the check; a wrong output must fail it."""
+    base = cli_workloads(args.cli, args.seed)
+    workloads = select(base + derived_workloads(base), args.workloads)
+    impls = [PagedAttn(), Sdpa("math")]
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    if interpret:  # vLLM's kernel in Triton's CPU interpreter, which has no bf16: fp16 data
+        impls.append(VllmTriton())
+    failures = 0
+    for w0 in workloads:
+        w = scaled_down(w0, 64, 4)
+        if interpret:
+            w = replace(w, dtype="fp16",
+                        kv_dtype=w.kv_dtype if w.kv_dtype.startswith("fp8") else "fp16")
+        b = Batch(w, "cpu", args.seed)
+        # The permutation matches the C++ one (checked against an independent Fisher-Yates
+        # of the same generator in the unit test of this file); the metadata must be sane.
+        assert int(b.block_table.max()) < b.num_blocks
+        rows = check_rows(w, args.check_rows, args.seed)
+        ref = oracle(b, rows)
+        tol = tolerance(w)
+        for impl in impls:
+            try:
+                fn = impl.prepare(b)
+                got = impl.rows(fn(), b, rows)
+            except Unsupported as e:
+                print(f"{w.name:10s} {impl.name:12s} n/a: {e}")
+                continue
+            ok, md, worst, detail = compare(got, ref, tol)
+            print(f"{w.name:10s} {impl.name:12s} {'ok' if ok else 'WRONG'} max|diff| {md:.2e} "
+                  f"worst/budget {worst:.3f} ({len(rows)} rows) {detail}")
+            failures += not ok
+            # A perturbed output must fail the same check (the check can fail).
+            bad = got.clone().float()
+            bad[0, 0, 0] += 0.1
+            if compare(bad, ref, tol)[0]:
+                print(f"{w.name}: the check passed a perturbed output")
+                failures += 1
+    print(f"cpu smoke: {failures} failures")
+    return 1 if failures else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cli", default=os.path.join(ROOT, "build", "pagedattn"),
+                    help="the pagedattn CLI (workload definitions, read ceiling)")
+    ap.add_argument("--workloads", default="standard,trace,config,prefill",
+                    help="names or groups (standard, trace, config, prefill, all)")
+    ap.add_argument("--peers", default=DEFAULT_PEERS, help="comma list; pagedattn first")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a test of the run's bookkeeping (pagedattn's CPU backend, wall "
+                         "clock)")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--flush", choices=["clean", "dirty", "none"], default="clean")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--check-rows", type=int, default=4, help="query rows checked per sampled "
+                    "sequence (prefill chunks)")
+    ap.add_argument("--no-cxx-bench", dest="cxx_bench", action="store_false",
+                    help="skip pagedattn's C++ bench on the same workloads (the read ceiling "
+                         "is still measured)")
+    ap.add_argument("--json")
+    ap.add_argument("--md")
+    ap.add_argument("--png")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--prebuild-flashinfer", metavar="PREFIX",
+                    help="only JIT-build the FlashInfer modules of the selected workloads and "
+                         "pack them as PREFIX_<k>.tar.xz for fetch_peers.sh --aot")
+    ap.add_argument("--deadline-s", type=float, default=1e9,
+                    help="prebuild: stop building after this many seconds, pack what is built")
+    ap.add_argument("--jobs", type=int, default=4, help="modules built at once (prebuild)")
+    ap.add_argument("--allow-jit", action="store_true",
+                    help="let FlashInfer compile a module it lacks during the run (minutes)")
+    ap.add_argument("--cpu-smoke", action="store_true", help=cpu_smoke.__doc__.split("\n")[0])
+    ap.add_argument("--self-test", action="store_true", help=self_test.__doc__)
+    args = ap.parse_args()
+    if args.iters < 1 or args.warmup < 0:
+        ap.error("--iters >= 1, --warmup >= 0")
+    for p in (args.json, args.md, args.png):
+        if p:  # a bad path fails now, not after minutes of GPU work
+            try:
+                open(p, "a").close()
+            except OSError as e:
+                ap.error(f"{p}: cannot open for writing ({e.strerror})")
+    if args.self_test:
+        return self_test(args)
+    if args.cpu_smoke:
+        return cpu_smoke(args)
+    if args.prebuild_flashinfer:
+        base = cli_workloads(args.cli, args.seed)
+        wl = select(base + derived_workloads(base), args.workloads)
+        backends = [p.split("-", 1)[1] for p in args.peers.split(",")
+                    if p.startswith("flashinfer-")]
+        return prebuild_flashinfer(wl, backends, args.prebuild_flashinfer, args.jobs,
+                                   args.deadline_s)
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Package marker of the stand-in (see vllm/__init__.py)."""
