@@ -108,6 +108,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                       " decode rows run on the decode fast path"
                 : "decode fast path not used: " + why_not;
+  // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
+  const std::string decode_rows_note =
+      rows_fast ? decode_note
+      : problem.batch.num_decode_seqs > 0
+          ? "the " + std::to_string(problem.batch.num_decode_seqs) +
+                " decode rows run on it too (" + decode_note + ")"
+          : std::string("no decode rows");
   if (wgmma) {
     c->prefill_rows_mma = true;
     c->prefill_rows_wgmma = true;
@@ -125,13 +132,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     std::to_string(problem.block_size) + "), " +
                     std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
                     " bytes of shared memory, no KV split; ";
-    if (rows_fast)
-      r += decode_note;
-    else if (problem.batch.num_decode_seqs > 0)
-      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
-           " decode rows run on it too (" + decode_note + ")";
-    else
-      r += "no decode rows";
+    r += decode_rows_note;
     c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else if (prefill_fast) {
     c->prefill_rows_mma = true;
@@ -147,13 +148,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     "(independent of block_size " + std::to_string(problem.block_size) + "), " +
                     std::to_string(prefill_mma_smem_bytes(problem.head_size, stages)) +
                     " bytes of shared memory, no KV split; ";
-    if (rows_fast)
-      r += decode_note;
-    else if (problem.batch.num_decode_seqs > 0)
-      r += "the " + std::to_string(problem.batch.num_decode_seqs) +
-           " decode rows run on it too (" + decode_note + ")";
-    else
-      r += "no decode rows";
+    r += decode_rows_note;
     c->reason = r + "; wgmma prefill kernel not used: " + why_wgmma +
                 "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else {
