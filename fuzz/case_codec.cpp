@@ -85,6 +85,11 @@ std::optional<CaseConfig> read_case(ByteReader& in) {
   c.nan_query = in.flag();
   c.neg_inf_keys = in.flag();
   c.neg_inf_sinks = in.flag();
+  // Fields added after the first corpus: drawn last, so that older inputs read as before (an
+  // exhausted reader gives zeros: host scales, no batch invariance).
+  c.scales = static_cast<testing::ScaleMode>(in.pick(3));
+  c.plan.batch_invariant = in.flag();
+  c.plan.no_wgmma_prefill = in.flag();
   if (work(c) > kMaxWork) return std::nullopt;
   return c;
 }
@@ -158,6 +163,9 @@ const char* write_case(const CaseConfig& c, ByteWriter& out) {
   out.flag(c.nan_query);
   out.flag(c.neg_inf_keys);
   out.flag(c.neg_inf_sinks);
+  out.pick(static_cast<int>(c.scales));
+  out.flag(c.plan.batch_invariant);
+  out.flag(c.plan.no_wgmma_prefill);
   return nullptr;
 }
 
