@@ -429,6 +429,20 @@ void print_report(const serving::ReplayReport& r) {
 int run_run(const RunFlags& flags) {
   Result<serving::ReplayConfig> config = to_replay_config(flags);
   if (!config.ok()) return report_failure("run", config.status(), flags.json);
+  if (!flags.report_file.empty()) {
+    // A report that cannot be written is a usage error before the replay (a soak polled
+    // through its report file must not run for minutes unseen); this first write is what the
+    // file holds until the first report line.
+    Json j;
+    j["status"] = "starting";
+    if (!write_report_file(flags.report_file, j))
+      return report_failure("run",
+                            Status(StatusCode::kInvalidArgument,
+                                   "--report " + flags.report_file +
+                                       ": cannot write this file (missing folder or no "
+                                       "permission)"),
+                            flags.json);
+  }
   if (config->device == serving::DeviceChoice::kAuto) {
     // Resolved here, as verify and explain resolve it, so that a CPU run on a machine without
     // a usable GPU says so on stderr instead of passing for the GPU's.

@@ -20,11 +20,13 @@ struct ShapePlan {
 /// and a real table of a 2^31-token sequence would take GiBs. The cache has as many blocks as
 /// the sequences need (at least 1); `with_lse` requests the log-sum-exp output (run_case does,
 /// `run` and `explain` do not). Memory used: O(number of sequences).
-/// Errors: kInvalidArgument when the tensors the configuration describes (query, output, the
-/// cache's K and V with their padding) would take more than this machine's physical memory
-/// (the message names the flags that size them), or when the sequence count or the token count
+/// Errors: kInvalidArgument when `check_memory` is set and the tensors the configuration
+/// describes (query, output, the cache's K and V with their padding) would take more than this
+/// machine's physical memory (the message names the flags that size them; an assumed device's
+/// decision, which allocates nothing here, passes false), or when the sequence count or the token count
 /// passes int32; then those of make_kv_cache and plan_attention (kInvalidArgument /
 /// kUnsupported naming the argument, kDeviceUnavailable).
-Result<ShapePlan> plan_on_shapes(const testing::CaseConfig& c, bool with_lse);
+Result<ShapePlan> plan_on_shapes(const testing::CaseConfig& c, bool with_lse,
+                                 bool check_memory = true);
 
 }  // namespace pagedattn::cli

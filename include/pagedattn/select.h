@@ -24,7 +24,12 @@ struct PlanOptions {
   /// Batch-invariant results: every kernel cuts a sequence's KV range at split points fixed in
   /// tokens (independent of the batch's other sequences and of the device's size), so one
   /// sequence's output and LSE are the same bits alone or in any batch. Costs some speed on
-  /// small batches (fewer splits than the device could use).
+  /// small batches (fewer splits than the device could use). Limits: on the CUDA decode fast
+  /// path the cut is every 1024 tokens for batches whose longest sequence is at most
+  /// 512 x 1024 = 524288 tokens (the merge kernel's split limit); a longer sequence in the batch
+  /// widens every sequence's cut, so bits match only between batches on the same side of that
+  /// bound. A batch that moves a sequence to another kernel (a prefill chunk beside it, another
+  /// head size) is not covered. With num_splits > 0 planning fails (kInvalidArgument).
   bool batch_invariant = false;
   /// Keep the mma.sync prefill kernel (KernelChoice::prefill_rows_mma) on compute capability
   /// 9.0 devices instead of the wgmma one (KernelChoice::prefill_rows_wgmma): for tests of

@@ -305,7 +305,8 @@ class BatchAttention:
         Raises:
             ValueError: inconsistent metadata (the message names the argument and index, e.g.
                 "seq_lens[2] = 3 < query_len 5"); NotImplementedError: no kernel can run the
-                configuration; RuntimeError: the device is not available.
+                configuration; RuntimeError: the device is not available; TypeError:
+                batch_invariant is not a bool (a string such as "false" would read as true).
         """
         for x, n in ((block_table, "block_table"), (seq_lens, "seq_lens"),
                      (query_start_loc, "query_start_loc")):
@@ -345,7 +346,9 @@ class BatchAttention:
         st.sliding_window = int(sliding_window)
         st.alibi = alibi_slopes
         st.sinks = sinks
-        st.options = (int(num_splits), int(tile_tokens), int(num_threads), bool(batch_invariant))
+        if not isinstance(batch_invariant, bool):
+            raise TypeError(f"batch_invariant = {batch_invariant!r}: expected True or False")
+        st.options = (int(num_splits), int(tile_tokens), int(num_threads), batch_invariant)
         st.plans = {}
         st.fast = {}
         st.workspace = prev.workspace if prev is not None and prev.device == device else None

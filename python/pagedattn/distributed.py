@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import operator
+
 import torch
 import torch.distributed as dist
 
@@ -61,7 +63,20 @@ def _check_scheme(scheme: str) -> None:
         raise ValueError(f"scheme {scheme!r}: expected 'interleaved' or 'contiguous'")
 
 
+def _as_int(name: str, v) -> int:
+    """v as a Python int; a float, bool or other non-integer is a TypeError naming `name`."""
+    if isinstance(v, bool):
+        raise TypeError(f"{name} = {v!r}: expected an integer, not a bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} = {v!r}: expected an integer") from None
+
+
 def _check_rank(world_size: int, rank: int, block_size: int) -> None:
+    world_size = _as_int("world_size", world_size)
+    rank = _as_int("rank", rank)
+    block_size = _as_int("block_size", block_size)
     if world_size < 1:
         raise ValueError(f"world_size = {world_size}: expected >= 1")
     if not 0 <= rank < world_size:
@@ -154,6 +169,17 @@ def shard_block_table(block_table, seq_lens, block_size: int, world_size: int, r
                       physical)
 
 
+def _check_states(outs, lses, sinks) -> None:
+    if outs.dim() != 4:
+        raise ValueError(f"outs: expected [W, T, H, D], got shape {tuple(outs.shape)}")
+    if tuple(lses.shape) != tuple(outs.shape[:3]):
+        raise ValueError(f"lses: expected shape {tuple(outs.shape[:3])} ([W, T, H] of outs), "
+                         f"got {tuple(lses.shape)}")
+    if sinks is not None and tuple(sinks.shape) != (outs.shape[2],):
+        raise ValueError(f"sinks: expected shape ({outs.shape[2]},) ([H]), got "
+                         f"{tuple(sinks.shape)}")
+
+
 def merge_partial_states(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
     """Merge W partial attention states over disjoint key sets by log-sum-exp, in rank order.
 
@@ -166,7 +192,11 @@ def merge_partial_states(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
     Returns:
         (out ``[T, H, D]`` in outs' dtype, lse ``[T, H]`` fp32); rows where every state is
         -inf (and no sink) give out 0 and lse -inf. Computed in fp32.
+
+    Raises:
+        ValueError: outs not 4-D, or lses not ``outs.shape[:3]``, or sinks not ``[H]``.
     """
+    _check_states(outs, lses, sinks)
     lses = lses.float()
     m = lses.amax(dim=0)
     if sinks is not None:
@@ -189,7 +219,9 @@ def merge_partial_states(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
 
 def merge_pairwise(outs: torch.Tensor, lses: torch.Tensor, sinks=None):
     """As merge_partial_states, by pagedattn.merge_states: rank 0's state, then ranks
-    1..W-1 folded in order (then the sinks), each merge rounded to outs' dtype."""
+    1..W-1 folded in order (then the sinks), each merge rounded to outs' dtype. Raises as
+    merge_partial_states."""
+    _check_states(outs, lses, sinks)
     out, lse = outs[0], lses[0].contiguous()
     for r in range(1, outs.shape[0]):
         out, lse = _api.merge_states(out, lse, outs[r], lses[r].contiguous())

@@ -29,6 +29,13 @@ Result<KernelChoice> select_kernel(const ProblemDesc& problem, const DeviceInfo&
   if (options.tile_tokens < 0 || options.num_splits < 0 || options.num_threads < 0)
     return Status(StatusCode::kInvalidArgument,
                   "PlanOptions: tile_tokens, num_splits and num_threads must be >= 0 (0 = auto)");
+  // One rule for every kernel: batch invariance fixes the split points itself (in tokens), so
+  // a forced split count would be honoured by one kernel and overridden by another.
+  if (options.batch_invariant && options.num_splits > 0)
+    return Status(StatusCode::kInvalidArgument,
+                  "PlanOptions: num_splits = " + std::to_string(options.num_splits) +
+                      " with batch_invariant: the invariant mode chooses its own split points; "
+                      "leave num_splits at 0");
   if (problem.device != device_info.device)
     return Status(StatusCode::kInvalidArgument,
                   "select_kernel: problem device " + to_string(problem.device) +

@@ -105,3 +105,20 @@ def test_position_dependent_features_are_refused():
                   alibi_slopes=torch.ones(4))
     with pytest.raises(RuntimeError, match="plan"):
         step.run(torch.zeros((1, 4, 64)), None)
+
+
+def test_bad_arguments_name_themselves():
+    import torch
+    bt = torch.zeros((1, 4), dtype=torch.int32)
+    sl = torch.tensor([40], dtype=torch.int32)
+    with pytest.raises(TypeError, match="block_size"):
+        cp.shard_block_table(bt, sl, 16.5, 2, 0, "interleaved")
+    with pytest.raises(TypeError, match="world_size"):
+        cp.shard_seq_lens([40], 16, 2.5, 0)
+    outs = torch.zeros(2, 1, 2, 8)
+    with pytest.raises(ValueError, match="lses"):
+        cp.merge_partial_states(outs, torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="lses"):
+        cp.merge_pairwise(outs, torch.zeros(3, 1, 2))
+    with pytest.raises(ValueError, match="sinks"):
+        cp.merge_partial_states(outs, torch.zeros(2, 1, 2), sinks=torch.zeros(3))

@@ -138,3 +138,18 @@ def test_batch_invariant_plan_and_explain(device):
     d = pagedattn.explain(p["query"], cache, p["bt"], p["sl"], p["qsl"], batch_invariant=True)
     assert d["batch_invariant"] is True
     assert pagedattn.explain(p["query"], cache, p["bt"], p["sl"], p["qsl"])["batch_invariant"] is False
+
+
+def test_batch_invariant_must_be_a_bool(device):
+    p = _problem(device, (300,), (1,), seed=5)
+    w = pagedattn.BatchAttention(device)
+    with pytest.raises(TypeError, match="batch_invariant"):
+        w.plan(p["bt"], p["sl"], p["qsl"], num_heads=H, num_kv_heads=KVH, head_size=D,
+               batch_invariant="false")
+    kc = torch.zeros((p["pool"], BS, KVH, D), dtype=torch.float32, device=device)
+    cache = pagedattn.KVCache(kc, kc.clone())
+    # The kernel is chosen when the plan first meets its cache: the pair is refused there.
+    with pytest.raises(ValueError, match="num_splits = 2 with batch_invariant"):
+        w.plan(p["bt"], p["sl"], p["qsl"], num_heads=H, num_kv_heads=KVH, head_size=D,
+               batch_invariant=True, num_splits=2)
+        w.run(p["query"], cache)

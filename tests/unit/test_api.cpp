@@ -573,3 +573,38 @@ TEST(HostMetadata, FromArgsTakesTheArgsOwnViews) {
 
 }  // namespace
 }  // namespace pagedattn
+
+namespace pagedattn {
+namespace {
+
+// Batch invariance chooses its own split points on every kernel; a forced split count would be
+// honoured by one kernel and overridden by another, so the pair is refused up front.
+TEST(PlanOptionsRules, BatchInvariantWithForcedSplitsIsRefused) {
+  ProblemDesc p;
+  p.device = Device::cpu();
+  p.num_heads = 8;
+  p.num_kv_heads = 2;
+  p.head_size = 64;
+  p.block_size = 16;
+  p.num_blocks = 4;
+  p.batch.num_seqs = 1;
+  p.batch.num_tokens = 1;
+  p.batch.num_decode_seqs = 1;
+  p.batch.max_seq_len = 40;
+  p.batch.max_query_len = 1;
+  p.batch.total_kv_tokens = 40;
+  DeviceInfo info;
+  info.device = Device::cpu();
+  PlanOptions o;
+  o.batch_invariant = true;
+  EXPECT_TRUE(select_kernel(p, info, o).ok());
+  o.num_splits = 4;
+  auto r = select_kernel(p, info, o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("num_splits = 4 with batch_invariant"), std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace pagedattn
