@@ -95,6 +95,23 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+/// The fields that name a workload and give its shape, shared by --list-workloads and the
+/// --json results (each adds its own lengths and outcome fields).
+nlohmann::json workload_shape_json(const bench::Workload& w) {
+  nlohmann::json row;
+  row["name"] = w.name;
+  row["group"] = w.group;
+  row["description"] = w.description;
+  row["num_heads"] = w.num_heads;
+  row["num_kv_heads"] = w.num_kv_heads;
+  row["head_size"] = w.head_size;
+  row["block_size"] = w.block_size;
+  row["page_pad"] = w.page_pad;
+  row["dtype"] = to_string(w.dtype);
+  row["kv_dtype"] = to_string(w.kv_dtype);
+  return row;
+}
+
 /// `--list-workloads`: every workload definition (standard, trace, sweeps) as JSON on stdout,
 /// for tools that must run other libraries on exactly these shapes and lengths
 /// (bench/peers/run_peers.py). Needs no GPU.
@@ -117,17 +134,7 @@ int list_workloads(const BenchFlags& f) {
   j["layout"] = f.layout;
   j["workloads"] = nlohmann::json::array();
   for (const auto& w : all) {
-    nlohmann::json row;
-    row["name"] = w.name;
-    row["description"] = w.description;
-    row["group"] = w.group;
-    row["num_heads"] = w.num_heads;
-    row["num_kv_heads"] = w.num_kv_heads;
-    row["head_size"] = w.head_size;
-    row["block_size"] = w.block_size;
-    row["dtype"] = to_string(w.dtype);
-    row["kv_dtype"] = to_string(w.kv_dtype);
-    row["page_pad"] = w.page_pad;
+    nlohmann::json row = workload_shape_json(w);
     row["seq_lens"] = w.seq_lens;
     row["query_lens"] = w.query_lens;  // empty: every query length is 1
     row["graph"] = w.graph;
@@ -460,10 +467,7 @@ int run_bench(const BenchFlags& f) {
   j["results"] = nlohmann::json::array();
   for (const Outcome& o : outcomes) {
     const bench::Workload& w = o.item->workload;
-    nlohmann::json row;
-    row["name"] = w.name;
-    row["group"] = w.group;
-    row["description"] = w.description;
+    nlohmann::json row = workload_shape_json(w);
     row["status"] = o.status;
     if (!o.reason.empty()) row["reason"] = o.reason;
     row["num_seqs"] = w.seq_lens.size();
@@ -472,14 +476,7 @@ int run_bench(const BenchFlags& f) {
     row["total_kv_tokens"] = total;
     row["max_seq_len"] = w.seq_lens.empty() ? 0 :
         *std::max_element(w.seq_lens.begin(), w.seq_lens.end());
-    row["num_heads"] = w.num_heads;
-    row["num_kv_heads"] = w.num_kv_heads;
-    row["head_size"] = w.head_size;
-    row["block_size"] = w.block_size;
-    row["page_pad"] = w.page_pad;
     row["layout"] = to_string(w.layout);
-    row["dtype"] = to_string(w.dtype);
-    row["kv_dtype"] = to_string(w.kv_dtype);
     row["lse"] = w.lse;
     row["batch_invariant"] = o.item->plan.batch_invariant;
     if (w.softcap > 0 || w.sliding_window > 0 || w.alibi || w.sinks)
