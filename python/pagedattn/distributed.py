@@ -350,6 +350,30 @@ class ContextParallelDecode:
         self._sinks = None if sinks is None else torch.as_tensor(sinks).to(device, torch.float32)
         self._planned = True
 
+    def local_state(self, query, cache: _api.KVCache):
+        """This rank's partial state alone, no exchange (what run() all-gathers; also lets one
+        device stand in for several ranks in measurements).
+
+        Args:
+            query: ``[S, H, D]`` as run(); cache: this rank's pagedattn.KVCache.
+
+        Returns:
+            (out ``[S, H, D]`` query dtype, lse ``[S, H]`` fp32): attention over this rank's
+            keys only, without the sinks; an empty shard's row is out 0, lse -inf.
+        """
+        if not self._planned:
+            raise RuntimeError("ContextParallelDecode.local_state: call plan() first")
+        if self._idx is None:
+            return self._local.run(query, cache, return_lse=True)
+        out = torch.zeros_like(query)
+        lse = torch.full((self._S, self._H), float("-inf"), dtype=torch.float32,
+                         device=query.device)
+        if self._local is not None:
+            o, l_ = self._local.run(query.index_select(0, self._idx), cache, return_lse=True)
+            out.index_copy_(0, self._idx, o)
+            lse.index_copy_(0, self._idx, l_)
+        return out, lse
+
     def run(self, query, cache: _api.KVCache, return_lse: bool = False, timings=None):
         """The step for one layer.
 
@@ -371,17 +395,7 @@ class ContextParallelDecode:
             raise ValueError(f"query {list(query.shape)}: expected the planned "
                              f"[{self._S}, {self._H}, {self._D}] (one token per sequence)")
         clock = _Clock(query, timings)
-        if self._idx is None:
-            out, lse = self._local.run(query, cache, return_lse=True)
-        else:
-            out = torch.zeros_like(query)
-            lse = torch.full((self._S, self._H), float("-inf"), dtype=torch.float32,
-                             device=query.device)
-            if self._local is not None:
-                o, l_ = self._local.run(query.index_select(0, self._idx), cache,
-                                        return_lse=True)
-                out.index_copy_(0, self._idx, o)
-                lse.index_copy_(0, self._idx, l_)
+        out, lse = self.local_state(query, cache)
         clock.mark("local")
         gathered = _all_gather(_pack(out, lse), self.group)
         clock.mark("gather")

@@ -11,4 +11,14 @@ Status cuda_merge(const unsigned char*, const SlotLayout&, const TensorView&, co
   return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
 }
 
+Status cuda_check_device(int) {
+  return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
+}
+Status cuda_copy_async(void*, const void*, std::size_t, int, Stream) {
+  return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
+}
+Status cuda_stream_wait(int, Stream) {
+  return Status(StatusCode::kDeviceUnavailable, "this build has no CUDA backend");
+}
+
 }  // namespace pagedattn::dist::detail
