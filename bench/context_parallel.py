@@ -242,8 +242,8 @@ def main():
             cache = pagedattn.KVCache(k.index_select(0, pb), v.index_select(0, pb))
             for merge in args.merges.split(","):
                 step = cp.ContextParallelDecode(device=device, merge=merge)
-                step.plan(shard.block_table, shard.seq_lens, num_heads=H, num_kv_heads=KVH,
-                          head_size=D, cache=cache, q_dtype=dtype)
+                step.plan(shard, num_heads=H, num_kv_heads=KVH, head_size=D, cache=cache,
+                          q_dtype=dtype)
                 out = step.run(q, cache)
                 step_ms = slowest(timed(lambda: step.run(q, cache), args.iters, args.warmup,
                                         device, graph), device)

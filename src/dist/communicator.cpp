@@ -110,7 +110,8 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_thread_communicators(int
   if (world_size < 1)
     return Status(StatusCode::kInvalidArgument,
                   "world_size = " + std::to_string(world_size) + ": expected >= 1");
-  if (device.type == DeviceType::kCUDA) PAGEDATTN_RETURN_IF_ERROR(detail::cuda_check_device(device.index));
+  if (device.type == DeviceType::kCUDA)
+    PAGEDATTN_RETURN_IF_ERROR(detail::cuda_check_device(device.index));
   auto group = std::make_shared<ThreadGroup>(world_size, device);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<ThreadCommunicator>(group, r));
