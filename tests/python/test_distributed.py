@@ -166,3 +166,35 @@ def test_a_shard_of_another_split_is_refused_naming_the_argument():
         assert (got - want).abs().max().item() <= 1e-5
     finally:
         torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("scheme", cp.SCHEMES)
+def test_local_states_of_simulated_ranks_merge_to_one_process(scheme):
+    """ContextParallelDecode.local_state needs no process group: N shards run one after
+    another in one process (bench/context_parallel.py --simulate) merge to the whole result,
+    an empty shard included (sequence 1 has one block)."""
+    import pagedattn
+    torch.manual_seed(1)
+    bs, world = 16, 3
+    lens = torch.tensor([100, 9, 48], dtype=torch.int32)
+    bt = torch.tensor([[5, 0, 7, 2, 9, 11, 3], [4, -1, -1, -1, -1, -1, -1],
+                       [1, 6, 8, -1, -1, -1, -1]], dtype=torch.int32)
+    k, v = torch.randn(12, bs, 2, 64), torch.randn(12, bs, 2, 64)
+    q = torch.randn(3, 8, 64)
+    want = pagedattn.paged_attention(q, pagedattn.KVCache(k, v), bt, lens,
+                                     torch.arange(4, dtype=torch.int32))
+    outs, lses = [], []
+    for r in range(world):
+        shard = cp.shard_block_table(bt, lens, bs, world, r, scheme, renumber=True)
+        pb = shard.physical_blocks.long()
+        pb = pb if pb.numel() else torch.zeros(1, dtype=torch.long)
+        cache = pagedattn.KVCache(k[pb].contiguous(), v[pb].contiguous())
+        step = cp.ContextParallelDecode(device="cpu")
+        step.plan(shard.block_table, shard.seq_lens, num_heads=8, num_kv_heads=2, head_size=64,
+                  cache=cache, q_dtype=q.dtype)
+        o, l_ = step.local_state(q, cache)
+        outs.append(o)
+        lses.append(l_)
+    assert any(torch.isneginf(l_).all(dim=1).any() for l_ in lses)  # an empty shard somewhere
+    got, _ = cp.merge_partial_states(torch.stack(outs), torch.stack(lses))
+    assert (got - want).abs().max().item() <= 1e-5
