@@ -10,6 +10,7 @@ Workloads (W1's heads: 32 query / 8 KV heads, head 128, blocks of 16, bf16 by de
 
     torchrun --standalone --nproc-per-node=2 bench/context_parallel.py            # 2 GPUs
     torchrun --standalone --nproc-per-node=1 bench/context_parallel.py            # 1 GPU
+    python3 bench/context_parallel.py --simulate 2       # 1 GPU + 2 ranks simulated on it
     torchrun --standalone --nproc-per-node=2 bench/context_parallel.py \\
         --device cpu --shrink 256 --iters 3                                        # CPU smoke
 
@@ -18,7 +19,11 @@ Rank 0 first times the 1-GPU step over the whole cache (the baseline), then ever
 shard's blocks (a compact cache), runs the local attention with LSE, all-gathers (out, lse)
 and merges. Times are CUDA-event times per step, the whole step captured in a CUDA graph
 unless --no-graph (the baseline too), reported as the slowest rank's. "local", "gather" and
-"merge" are the three parts timed on their own the same way. --json writes every number.
+"merge" are the three parts timed on their own the same way. In a group of one, --simulate N
+(default 2) also runs N shards one after another on the one device: each shard's local time,
+the stacking and the merge of the N partial states, an estimated N-GPU step (slowest shard +
+stack + merge; no link transfer) and the merged output's difference from the 1-GPU result.
+--json writes every number.
 
 NVLink multicast stays off: NCCL_NVLS_ENABLE=0 and TORCH_SYMM_MEM_DISABLE_MULTICAST=1 are set
 here before the process group exists (on a shared host multicast can take GPUs out of
@@ -125,6 +130,51 @@ def slowest(ms: float, device) -> float:
     return float(x.item())
 
 
+def simulate(args, name, q, k, v, bt, sl, ref, base_ms, device, graph, say):
+    """N ranks simulated on the one device of a group of one: every shard's local attention
+    (its own compact cache) timed on its own, then the N partial states stacked (the device
+    copy an all-gather ends with; the link's transfer time is not in it) and merged. The
+    estimate of an N-GPU step is the slowest shard's local time + stack + merge; the merged
+    output is compared with the 1-GPU result."""
+    n = args.simulate
+    rows = []
+    for scheme in args.schemes.split(","):
+        locals_ms, states, keep = [], [], []
+        for r in range(n):
+            shard = cp.shard_block_table(bt, sl, BS, n, r, scheme, renumber=True)
+            pb = shard.physical_blocks.long().to(device)
+            if pb.numel() == 0:
+                pb = torch.zeros(1, dtype=torch.long, device=device)
+            cache = pagedattn.KVCache(k.index_select(0, pb), v.index_select(0, pb))
+            step = cp.ContextParallelDecode(device=device)
+            step.plan(shard.block_table, shard.seq_lens, num_heads=H, num_kv_heads=KVH,
+                      head_size=D, cache=cache, q_dtype=q.dtype)
+            states.append(step.local_state(q, cache))
+            locals_ms.append(timed(lambda s_=step, c_=cache: s_.local_state(q, c_), args.iters,
+                                   args.warmup, device, graph))
+            keep.append((step, cache))
+        packed = [cp._pack(o, l_) for o, l_ in states]
+        stack_ms = timed(lambda: torch.stack(packed), args.iters, args.warmup, device, graph)
+        outs, lses = cp._unpack(torch.stack(packed), D)
+        for merge in args.merges.split(","):
+            merge_fn = cp.merge_partial_states if merge == "fp32" else cp.merge_pairwise
+            merge_ms = timed(lambda f=merge_fn: f(outs, lses), args.iters, args.warmup, device,
+                             graph)
+            merged, _ = merge_fn(outs, lses)
+            diff = (merged.float() - ref.float()).abs().max().item()
+            est = max(locals_ms) + stack_ms + merge_ms
+            rows.append(dict(workload=name, world=1, simulated_ranks=n, scheme=scheme,
+                             merge=merge, dtype=args.dtype, graph=graph, base_ms=base_ms,
+                             local_ms=locals_ms, stack_ms=stack_ms, merge_ms=merge_ms,
+                             est_step_ms=est, est_speedup=base_ms / est, max_abs_diff=diff))
+            say(f"  sim {n} ranks {scheme:11s} {merge:8s} local "
+                + "/".join(f"{t:.4f}" for t in locals_ms)
+                + f"  stack {stack_ms:.4f}  merge {merge_ms:.4f}  est. step {est:.4f} ms "
+                f"({base_ms / est:4.2f}x)  max|diff| vs 1 GPU {diff:.3e}")
+        del keep, states, packed, outs, lses
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="1m,w4")
@@ -136,6 +186,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--no-graph", action="store_true", help="time eager calls, no CUDA graph")
     ap.add_argument("--shrink", type=int, default=1, help="divide every length (smoke tests)")
+    ap.add_argument("--simulate", type=int, default=2, metavar="N",
+                    help="in a group of one: also shard over N simulated ranks on this one "
+                         "device (0 = off): each shard's local time, the stacking of the N "
+                         "partial states and the merge")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
@@ -188,8 +242,8 @@ def main():
             cache = pagedattn.KVCache(k.index_select(0, pb), v.index_select(0, pb))
             for merge in args.merges.split(","):
                 step = cp.ContextParallelDecode(device=device, merge=merge)
-                step.plan(shard.block_table, shard.seq_lens, num_heads=H, num_kv_heads=KVH,
-                          head_size=D, cache=cache, q_dtype=dtype)
+                step.plan(shard, num_heads=H, num_kv_heads=KVH, head_size=D, cache=cache,
+                          q_dtype=dtype)
                 out = step.run(q, cache)
                 step_ms = slowest(timed(lambda: step.run(q, cache), args.iters, args.warmup,
                                         device, graph), device)
@@ -226,6 +280,8 @@ def main():
                 results.append(row)
                 del step
             del cache
+        if world == 1 and args.simulate >= 2:
+            results += simulate(args, name, q, k, v, bt, sl, ref, base_ms, device, graph, say)
         del q, k, v
         if device.type == "cuda":
             torch.cuda.empty_cache()

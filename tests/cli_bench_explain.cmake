@@ -32,6 +32,26 @@ add_test(NAME cli_explain_assume_h200_forced_tile_is_tiled
                  echo \"$out\"; test $r -eq 0 &&
                  echo \"$out\" | grep -q '^kernel *cuda_tiled_online_softmax$'"
           $<TARGET_FILE:pagedattn_cli>)
+# A mixed batch (decode rows + a prefill chunk) is planned on the tiled kernel, but its rows run
+# on the decode fast path and the Hopper prefill kernel: the top line says what runs, the JSON
+# keeps "kernel" (the plan's) and adds row_kernels / runs. A pure prefill batch names only its
+# prefill rows.
+add_test(NAME cli_explain_mixed_batch_top_line_says_what_runs
+  COMMAND sh -c "out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096,2048 --query-lens 1,1,512); r=$?;
+                 echo \"$out\"; test $r -eq 0 &&
+                 echo \"$out\" | grep -q '^kernel *decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma (one call, planned as cuda_tiled_online_softmax' &&
+                 echo \"$out\" | grep -q '^  decode rows *cuda_decode_mma_splitkv$' &&
+                 out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096,2048 --query-lens 1,1,512 --json); r=$?;
+                 echo \"$out\"; test $r -eq 0 &&
+                 echo \"$out\" | grep -q '\"kernel\": \"cuda_tiled_online_softmax\"' &&
+                 echo \"$out\" | grep -q '\"decode\": \"cuda_decode_mma_splitkv\"' &&
+                 echo \"$out\" | grep -q '\"prefill\": \"cuda_prefill_wgmma\"' &&
+                 echo \"$out\" | grep -q '\"runs\": \"decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma\"' &&
+                 out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,2048 --query-lens 512,512); r=$?;
+                 echo \"$out\"; test $r -eq 0 &&
+                 echo \"$out\" | grep -q '^kernel *prefill rows: cuda_prefill_wgmma (one call' &&
+                 ! echo \"$out\" | grep -q '^kernel .*decode rows'"
+          $<TARGET_FILE:pagedattn_cli>)
 # Usage errors: an unknown preset, a --device that contradicts the preset.
 add_test(NAME cli_explain_assume_device_usage_errors
   COMMAND sh -c "err=$(\"$0\" explain --assume-device h300 2>&1); r=$?; echo \"$err\";

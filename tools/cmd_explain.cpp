@@ -87,6 +87,23 @@ int run_explain(const ExplainFlags& ef) {
       "KV-head pairing from the tensors' actual strides, the tiled fallback for strides that "
       "are not multiples of 8 elements) and the workspace size need the real device";
 
+  // What runs: a CUDA plan on the tiled kernel hands the decode rows of a batch to the decode
+  // fast path and its prefill chunks to a tensor-core prefill kernel when it can; `kernel`
+  // then names only the plan (and the fallback the tile / splits / threads describe). The
+  // top line says which kernel each kind of row present in the batch runs on.
+  const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
+  const RowKernels rows = row_kernels(k);
+  const std::string planned = to_string(k.kernel);
+  const bool rows_elsewhere = d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled &&
+                              ((any_decode && rows.decode != planned) ||
+                               (any_prefill && rows.prefill != planned));
+  std::string runs = planned;
+  if (rows_elsewhere) {
+    runs.clear();
+    if (any_decode) runs = "decode rows: " + rows.decode;
+    if (any_prefill) runs += (runs.empty() ? "" : "; ") + std::string("prefill rows: ") + rows.prefill;
+  }
+
   if (flags.json) {
     nlohmann::json j;
     j["device"] = to_string(d);
@@ -133,6 +150,12 @@ int run_explain(const ExplainFlags& ef) {
                       {"prefill_rows_mma", k.prefill_rows_mma},
                       {"batch_invariant", c.plan.batch_invariant},
                       {"prefill_rows_wgmma", k.prefill_rows_wgmma},
+                      // The kernel each kind of row of this batch runs on (null: the batch
+                      // has none) and the top line; "kernel" stays the plan's kernel.
+                      {"row_kernels",
+                       {{"decode", any_decode ? nlohmann::json(rows.decode) : nlohmann::json(nullptr)},
+                        {"prefill", any_prefill ? nlohmann::json(rows.prefill) : nlohmann::json(nullptr)}}},
+                      {"runs", runs},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -159,7 +182,12 @@ int run_explain(const ExplainFlags& ef) {
       p.batch.total_kv_tokens == 1 ? "" : "s");
   std::printf("features    softcap %g, sliding_window %d, alibi %s, sinks %s\n", p.softcap,
               p.sliding_window, p.alibi ? "yes" : "no", p.sinks ? "yes" : "no");
-  std::printf("kernel      %s\n", to_string(k.kernel));
+  if (rows_elsewhere)
+    std::printf("kernel      %s (one call, planned as %s: the fields below describe that plan, "
+                "the fallback)\n",
+                runs.c_str(), planned.c_str());
+  else
+    std::printf("kernel      %s\n", planned.c_str());
   std::printf("  cache access       %s (%s)\n", access_name(k.access), access.reason.c_str());
   std::printf("  tile tokens        %d\n", k.tile_tokens);
   std::printf("  splits             %d\n", k.num_splits);
@@ -176,8 +204,6 @@ int run_explain(const ExplainFlags& ef) {
     std::printf("  workspace          %zu bytes\n", workspace);
   if (d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled) {
     // Which kernel takes which rows of a mixed batch (the fields above describe `kernel`).
-    const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
-    const RowKernels rows = row_kernels(k);
     auto shown = [](const std::string& id) {
       return id == "cuda_prefill_mma"     ? "tensor-core prefill kernel (" + id + ")"
              : id == "cuda_prefill_wgmma" ? "Hopper tensor-core prefill kernel (" + id + ")"

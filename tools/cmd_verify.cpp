@@ -14,6 +14,7 @@
 
 #include "pagedattn/pagedattn.h"
 #include "src/testing/harness.h"
+#include "src/testing/invariance.h"
 #include "tools/commands.h"
 #include "tools/config_flags.h"
 #include "tools/shape_plan.h"
@@ -61,6 +62,43 @@ nlohmann::json case_json(const testing::CaseConfig& c, const testing::CaseResult
     j["run_ms"] = r.run_ms;
     if (!r.detail.empty()) j["detail"] = r.detail;
   }
+  return j;
+}
+
+/// `verify --batch-invariant` (one configuration) also checks what the option promises: every
+/// sequence's rows are bit-identical alone and in the batch. The check draws its own inputs
+/// (testing::check_each_sequence_alone) with the configuration's shapes, dtypes, window,
+/// softcap, ALiBi, sinks and plan options.
+testing::EachAloneResult check_invariance(const testing::CaseConfig& c) {
+  testing::InvarianceConfig ic;
+  ic.device = c.device;
+  ic.layout = c.layout;
+  ic.num_heads = c.num_heads;
+  ic.num_kv_heads = c.num_kv_heads;
+  ic.head_size = c.head_size;
+  ic.block_size = c.block_size;
+  ic.dtype = c.dtype;
+  ic.kv_dtype = c.kv_dtype;
+  ic.sliding_window = c.sliding_window;
+  ic.softcap = c.softcap;
+  ic.alibi = c.alibi;
+  ic.sinks = c.sinks;
+  ic.plan = c.plan;
+  ic.seed = c.seed;
+  std::vector<std::pair<int, int>> batch;
+  for (std::size_t i = 0; i < c.seq_lens.size(); ++i)
+    batch.emplace_back(c.seq_lens[i], i < c.query_lens.size() ? c.query_lens[i] : 1);
+  return testing::check_each_sequence_alone(ic, batch);
+}
+
+nlohmann::json invariance_json(const testing::EachAloneResult& inv) {
+  nlohmann::json j;
+  j["status"] = to_string(inv.status.code());
+  if (!inv.status.ok()) j["message"] = inv.status.message();
+  j["pass"] = inv.status.ok() && inv.differing.empty();
+  j["sequences_checked"] = inv.checked;
+  j["sequences_differing"] = inv.differing;
+  if (!inv.detail.empty()) j["detail"] = inv.detail;
   return j;
 }
 
@@ -133,7 +171,18 @@ int run_verify(const VerifyFlags& flags) {
   if (!json)
     std::printf("%-72s %-26s %10s %8s  %s\n", "case", "kernel", "max_err", "ratio", "result");
   for (const testing::CaseConfig& c : cases) {
-    const testing::CaseResult r = testing::run_case(c);
+    testing::CaseResult r = testing::run_case(c);
+    // One configuration from the flags with --batch-invariant: the promise is checked too.
+    const bool check_inv = !named && c.plan.batch_invariant && r.status.ok();
+    testing::EachAloneResult inv;
+    if (check_inv) {
+      inv = check_invariance(c);
+      if (!inv.status.ok()) {
+        r.status = inv.status;
+      } else if (!inv.differing.empty()) {
+        r.pass = false;
+      }
+    }
     if (!r.status.ok()) {
       ++errors;
       no_device |= r.status.code() == StatusCode::kDeviceUnavailable;
@@ -143,7 +192,9 @@ int run_verify(const VerifyFlags& flags) {
       ++failed;
     }
     if (json) {
-      report["cases"].push_back(case_json(c, r));
+      nlohmann::json j = case_json(c, r);
+      if (check_inv) j["batch_invariance"] = invariance_json(inv);
+      report["cases"].push_back(j);
       continue;
     }
     if (!r.status.ok()) {
@@ -153,7 +204,20 @@ int run_verify(const VerifyFlags& flags) {
     }
     std::printf("%-72s %-26s %10.3g %8.3g  %s\n", c.name.c_str(), to_string(r.choice.kernel),
                 r.max_abs_error, r.worst_ratio, r.pass ? "PASS" : "FAIL");
-    if (!r.pass) std::printf("  %s\n", r.detail.c_str());
+    if (!r.pass && !r.detail.empty()) std::printf("  %s\n", r.detail.c_str());
+    if (check_inv) {
+      if (inv.differing.empty()) {
+        std::printf("  batch invariance: %d of %d sequence%s bit-identical alone and in the batch\n",
+                    inv.checked, inv.checked, inv.checked == 1 ? "" : "s");
+      } else {
+        std::string which;
+        for (int i : inv.differing) which += (which.empty() ? "" : ", ") + std::to_string(i);
+        std::printf("  batch invariance: FAIL, %zu of %d sequence%s differ alone vs in the batch "
+                    "(sequence %s): %s\n",
+                    inv.differing.size(), inv.checked, inv.checked == 1 ? "" : "s", which.c_str(),
+                    inv.detail.c_str());
+      }
+    }
     // A batch whose sequences all have query_len 0 writes no output: nothing was compared
     // (the cache writes still were).
     if (r.pass && r.elements_checked == 0)
@@ -193,7 +257,10 @@ Action register_verify(CLI::App& app) {
                 "print the names of the named cases (those --cases / --quick select), one per "
                 "line, and exit");
   sub->footer("--cases, --quick and --list-cases take no configuration flag (--layout through "
-              "--batch-invariant): named cases carry their own.\n\n" +
+              "--batch-invariant): named cases carry their own.\n\n"
+              "With --batch-invariant, one configuration is also run as each sequence alone: "
+              "every sequence's output and LSE must be bit-identical alone and in the batch "
+              "(else the result is a mismatch).\n\n" +
               exit_status_help(/*can_mismatch=*/true));
   // Checked in run_verify, not with CLI11's excludes(), which would print "Excludes: --cases
   // --quick" under each of the 19 configuration flags in --help.

@@ -43,8 +43,18 @@ class Communicator {
 
 /// `world_size` communicators of one process whose ranks are threads: rank r's object must
 /// be used by one thread at a time, and every rank's thread must enter each collective.
-/// Errors: kInvalidArgument for world_size < 1.
-Result<std::vector<std::unique_ptr<Communicator>>> make_thread_communicators(int world_size);
+/// `device`: where every rank's buffers live. Device::cpu() (default): host memcpy.
+/// Device::cuda(i): every rank on the SAME GPU i (one GPU standing in for several, in tests
+/// and single-GPU measurements), each with its own stream: all_gather waits for the caller's
+/// `stream` before posting its slot (a peer must read finished data), copies the peers'
+/// slots with cudaMemcpyAsync on `stream` and waits for it again before returning (so no
+/// rank reuses its send buffer while a peer still reads it). Synchronous, hence not for
+/// CUDA graph capture. A rank whose wait or copy fails returns kInternal and so do its peers
+/// (naming that rank) instead of merging unfinished data.
+/// Errors: kInvalidArgument for world_size < 1; kDeviceUnavailable for a CUDA device in a
+/// build without CUDA or one this machine does not have.
+Result<std::vector<std::unique_ptr<Communicator>>> make_thread_communicators(
+    int world_size, Device device = Device::cpu());
 
 /// Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES), kept here so that the header needs no
 /// NCCL.

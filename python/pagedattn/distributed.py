@@ -13,8 +13,10 @@ return the same tensors::
                                  scheme="interleaved", renumber=True)
     k_local, v_local = k_cache[shard.physical_blocks], v_cache[shard.physical_blocks]
     cache = pagedattn.KVCache(k_local.to(dev), v_local.to(dev), layout="nhd")
-    out = cp.context_parallel_decode(query, cache, shard.block_table.to(dev),
-                                     shard.seq_lens.to(dev), group=None)
+    out = cp.context_parallel_decode(query, cache, shard, group=None)
+
+(Passing the LocalShard lets the step check that the group has the world size and rank the
+shard was made for; a shard of another split would otherwise merge the wrong keys silently.)
 
 Works with any backend whose all_gather takes the query dtype: NCCL on GPUs, Gloo on CPUs
 (the tests). On shared multi-GPU hosts keep NVLink multicast off: ``NCCL_NVLS_ENABLE=0`` and
@@ -52,10 +54,16 @@ class LocalShard(NamedTuple):
     physical_blocks: with ``renumber``, the global physical block of each local block id
         (sorted ascending; index the global cache with it to build the rank's cache, which
         needs at least one block); otherwise None.
+    world_size, rank: the group the shard was made for (shard_block_table's arguments).
+        Pass the LocalShard itself to ContextParallelDecode.plan / context_parallel_decode
+        and they check both against the process group: a shard of an N-rank split run on a
+        group of M ranks (or on another rank) would merge the wrong keys without an error.
     """
     block_table: torch.Tensor
     seq_lens: torch.Tensor
     physical_blocks: torch.Tensor | None
+    world_size: int | None = None
+    rank: int | None = None
 
 
 def _check_scheme(scheme: str) -> None:
@@ -166,7 +174,7 @@ def shard_block_table(block_table, seq_lens, block_size: int, world_size: int, r
             local[s, :len(ids)] = torch.searchsorted(physical, ids)
         physical = physical.to(torch.int32)
     return LocalShard(local.to(torch.int32), torch.tensor(local_lens, dtype=torch.int32),
-                      physical)
+                      physical, int(world_size), int(rank))
 
 
 def _check_states(outs, lses, sinks) -> None:
@@ -270,6 +278,45 @@ def _check_position_free(sliding_window, alibi_slopes):
             "key positions, which a shard's are not")
 
 
+def _shard_arguments(local_block_table, local_seq_lens, world_size, rank, group):
+    """(block_table, seq_lens) from a LocalShard or the two tensors, after checking the
+    world size and rank the shard was made for (the LocalShard's, or the `world_size` /
+    `rank` arguments) against `group`: a mismatch is a ValueError naming the argument."""
+    if isinstance(local_block_table, LocalShard):
+        shard = local_block_table
+        if local_seq_lens is not None:
+            raise ValueError("local_seq_lens: leave it out when the first argument is a "
+                             "LocalShard (its seq_lens are used)")
+        for name, given, made in (("world_size", world_size, shard.world_size),
+                                  ("rank", rank, shard.rank)):
+            if given is not None and made is not None and _as_int(name, given) != made:
+                raise ValueError(f"{name} = {given}: the LocalShard was made with {name} "
+                                 f"{made}")
+        world_size = shard.world_size if world_size is None else world_size
+        rank = shard.rank if rank is None else rank
+        local_block_table, local_seq_lens = shard.block_table, shard.seq_lens
+    elif local_seq_lens is None:
+        raise ValueError("local_seq_lens: required with a block table tensor (or pass the "
+                         "LocalShard as the first argument)")
+    if world_size is not None or rank is not None:
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("the shard's world_size / rank are checked against the process "
+                               "group, but torch.distributed has no process group (call "
+                               "init_process_group first)")
+        group_world = dist.get_world_size(group)
+        if world_size is not None and _as_int("world_size", world_size) != group_world:
+            raise ValueError(
+                f"world_size = {world_size}: the shard was made for {world_size} ranks but "
+                f"the process group has {group_world}; make it with shard_block_table(..., "
+                f"world_size={group_world}, rank=...) (a shard of another split would merge "
+                f"the wrong keys)")
+        group_rank = dist.get_rank(group)
+        if rank is not None and _as_int("rank", rank) != group_rank:
+            raise ValueError(f"rank = {rank}: the shard was made for rank {rank} but this "
+                             f"process is rank {group_rank} of the group")
+    return local_block_table, local_seq_lens
+
+
 class ContextParallelDecode:
     """A decode step whose KV is sharded across the ranks of `group`, planned once and run
     per layer (as pagedattn.BatchAttention, which it holds for the local attention).
@@ -300,25 +347,38 @@ class ContextParallelDecode:
         self._S = 0
         self._sinks = None
 
-    def plan(self, local_block_table, local_seq_lens, *, num_heads: int, num_kv_heads: int,
-             head_size: int, scale: float | None = None, softcap: float = 0.0, sinks=None,
-             sliding_window: int = 0, alibi_slopes=None, cache: _api.KVCache | None = None,
-             q_dtype=None, **options) -> None:
+    def plan(self, local_block_table, local_seq_lens=None, *, num_heads: int,
+             num_kv_heads: int, head_size: int, scale: float | None = None,
+             softcap: float = 0.0, sinks=None, sliding_window: int = 0, alibi_slopes=None,
+             cache: _api.KVCache | None = None, q_dtype=None, world_size: int | None = None,
+             rank: int | None = None, **options) -> None:
         """Plan this rank's step.
 
         Args:
-            local_block_table: ``[S, max_local_blocks]`` int32 (LocalShard.block_table), host
-                or device; local_seq_lens: ``[S]`` int32 (LocalShard.seq_lens; 0 = this rank
-                holds nothing of that sequence), host or device (a device copy costs a
-                synchronisation here, as in BatchAttention.plan).
+            local_block_table: this rank's LocalShard (preferred: its world size and rank
+                are checked against the group), or its ``[S, max_local_blocks]`` int32
+                block_table, host or device; local_seq_lens: with a tensor, ``[S]`` int32
+                (LocalShard.seq_lens; 0 = this rank holds nothing of that sequence), host or
+                device (a device copy costs a synchronisation here, as in
+                BatchAttention.plan); None with a LocalShard.
+            world_size, rank: with tensors, what shard_block_table was called with, checked
+                against the group as a LocalShard's (None = not checked: a shard of another
+                split cannot be told from these tensors).
             num_heads, num_kv_heads, head_size, scale, softcap, cache, q_dtype, options: as
                 BatchAttention.plan (return_lse is implied).
             sinks: optional ``[H]`` fp32 sink logits, joined once in the merge.
             sliding_window, alibi_slopes: must be off (NotImplementedError naming the feature:
                 both depend on absolute key positions, which a shard's are not).
+
+        Raises:
+            ValueError: the shard's world size or rank (the LocalShard's, or world_size /
+                rank) differs from the group's, naming which; mis-shaped metadata.
+            RuntimeError: a world size or rank to check but no process group.
         """
         _check_position_free(sliding_window, alibi_slopes)
         self._planned = False
+        local_block_table, local_seq_lens = _shard_arguments(
+            local_block_table, local_seq_lens, world_size, rank, self.group)
         bt = torch.as_tensor(local_block_table)
         lens_dev = torch.as_tensor(local_seq_lens)
         if lens_dev.ndim != 1 or bt.ndim != 2 or bt.shape[0] != lens_dev.shape[0]:
@@ -350,6 +410,30 @@ class ContextParallelDecode:
         self._sinks = None if sinks is None else torch.as_tensor(sinks).to(device, torch.float32)
         self._planned = True
 
+    def local_state(self, query, cache: _api.KVCache):
+        """This rank's partial state alone, no exchange (what run() all-gathers; also lets one
+        device stand in for several ranks in measurements).
+
+        Args:
+            query: ``[S, H, D]`` as run(); cache: this rank's pagedattn.KVCache.
+
+        Returns:
+            (out ``[S, H, D]`` query dtype, lse ``[S, H]`` fp32): attention over this rank's
+            keys only, without the sinks; an empty shard's row is out 0, lse -inf.
+        """
+        if not self._planned:
+            raise RuntimeError("ContextParallelDecode.local_state: call plan() first")
+        if self._idx is None:
+            return self._local.run(query, cache, return_lse=True)
+        out = torch.zeros_like(query)
+        lse = torch.full((self._S, self._H), float("-inf"), dtype=torch.float32,
+                         device=query.device)
+        if self._local is not None:
+            o, l_ = self._local.run(query.index_select(0, self._idx), cache, return_lse=True)
+            out.index_copy_(0, self._idx, o)
+            lse.index_copy_(0, self._idx, l_)
+        return out, lse
+
     def run(self, query, cache: _api.KVCache, return_lse: bool = False, timings=None):
         """The step for one layer.
 
@@ -371,17 +455,7 @@ class ContextParallelDecode:
             raise ValueError(f"query {list(query.shape)}: expected the planned "
                              f"[{self._S}, {self._H}, {self._D}] (one token per sequence)")
         clock = _Clock(query, timings)
-        if self._idx is None:
-            out, lse = self._local.run(query, cache, return_lse=True)
-        else:
-            out = torch.zeros_like(query)
-            lse = torch.full((self._S, self._H), float("-inf"), dtype=torch.float32,
-                             device=query.device)
-            if self._local is not None:
-                o, l_ = self._local.run(query.index_select(0, self._idx), cache,
-                                        return_lse=True)
-                out.index_copy_(0, self._idx, o)
-                lse.index_copy_(0, self._idx, l_)
+        out, lse = self.local_state(query, cache)
         clock.mark("local")
         gathered = _all_gather(_pack(out, lse), self.group)
         clock.mark("gather")
@@ -394,10 +468,11 @@ class ContextParallelDecode:
         return (merged, merged_lse) if return_lse else merged
 
 
-def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table, local_seq_lens,
-                            group=None, *, scale: float | None = None, softcap: float = 0.0,
-                            sinks=None, sliding_window: int = 0, alibi_slopes=None,
-                            return_lse: bool = False, merge: str = "fp32"):
+def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table,
+                            local_seq_lens=None, group=None, *, scale: float | None = None,
+                            softcap: float = 0.0, sinks=None, sliding_window: int = 0,
+                            alibi_slopes=None, return_lse: bool = False, merge: str = "fp32",
+                            world_size: int | None = None, rank: int | None = None):
     """One-shot decode attention whose KV is sharded across the ranks of `group`
     (ContextParallelDecode.plan + run; prefer the class in a loop: plan() copies the lengths to
     the host). Every rank must call it with the same query.
@@ -405,9 +480,13 @@ def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table,
     Args:
         query: ``[S, H, D]`` torch tensor, one token per sequence, on this rank's device.
         local_cache: this rank's pagedattn.KVCache.
-        local_block_table, local_seq_lens: this rank's LocalShard metadata (int32; host or
-            the query's device); a length 0 = an empty shard.
+        local_block_table, local_seq_lens: this rank's LocalShard (then local_seq_lens is
+            left out, and the shard's world size and rank are checked against the group), or
+            its metadata tensors (int32; host or the query's device); a length 0 = an empty
+            shard.
         group: the process group (None = default).
+        world_size, rank: with tensors, shard_block_table's arguments, checked as a
+            LocalShard's (ValueError naming the one that differs from the group).
         scale, softcap, sinks: as pagedattn.paged_attention (a sink joins the merge once).
         sliding_window, alibi_slopes: must be off (NotImplementedError naming the feature).
         merge: ``"fp32"`` or ``"pairwise"`` (see ContextParallelDecode).
@@ -423,7 +502,7 @@ def context_parallel_decode(query, local_cache: _api.KVCache, local_block_table,
     cp.plan(local_block_table, local_seq_lens, num_heads=query.shape[1],
             num_kv_heads=local_cache.num_kv_heads, head_size=query.shape[2], scale=scale,
             softcap=softcap, sinks=sinks, sliding_window=sliding_window,
-            alibi_slopes=alibi_slopes)
+            alibi_slopes=alibi_slopes, world_size=world_size, rank=rank)
     return cp.run(query, local_cache, return_lse=return_lse)
 
 

@@ -1,5 +1,5 @@
-// Communicators of decode context parallelism: ranks as threads of one process (the CPU tests)
-// and NCCL (GPUs; compiled when the build has CUDA and finds libnccl).
+// Communicators of decode context parallelism: ranks as threads of one process (the CPU tests,
+// and several ranks on one GPU) and NCCL (GPUs; compiled when the build has CUDA and finds libnccl).
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pagedattn/context_parallel.h"
+#include "src/dist/cp_merge.h"
 
 #if defined(PAGEDATTN_WITH_NCCL)
 #include <cuda_runtime_api.h>
@@ -19,14 +20,18 @@ namespace {
 // What the ranks of one thread group share: the posted buffers of the collective in progress
 // and a reusable barrier (generation counter, so that a fast rank cannot lap a slow one).
 struct ThreadGroup {
-  explicit ThreadGroup(int world) : world(world), send(world), bytes(world) {}
+  ThreadGroup(int world, Device device)
+      : world(world), device(device), send(world), bytes(world), failed(world) {}
   const int world;
+  const Device device;
   std::mutex mu;
   std::condition_variable cv;
   int arrived = 0;
   std::uint64_t generation = 0;
   std::vector<const void*> send;
   std::vector<std::size_t> bytes;
+  // CUDA: a rank whose stream wait failed before posting (its slot may be unfinished).
+  std::vector<char> failed;
 
   void barrier() {
     std::unique_lock<std::mutex> lock(mu);
@@ -47,30 +52,46 @@ class ThreadCommunicator final : public Communicator {
       : group_(std::move(group)), rank_(rank) {}
   int rank() const override { return rank_; }
   int world_size() const override { return group_->world; }
-  Device device() const override { return Device::cpu(); }
+  Device device() const override { return group_->device; }
 
-  Status all_gather(const void* send, void* recv, std::size_t bytes, Stream) override {
+  Status all_gather(const void* send, void* recv, std::size_t bytes, Stream stream) override {
     ThreadGroup& g = *group_;
+    const bool cuda = g.device.type == DeviceType::kCUDA;
+    // CUDA: the slot is written by kernels on this rank's stream; the peers read it only
+    // after the barrier, so it must be finished before posting.
+    Status st = cuda ? detail::cuda_stream_wait(g.device.index, stream) : Status::Ok();
     {
       std::lock_guard<std::mutex> lock(g.mu);
       g.send[rank_] = send;
       g.bytes[rank_] = bytes;
+      g.failed[rank_] = !st.ok();
     }
     g.barrier();  // every rank has posted
-    Status st;
-    for (int r = 0; r < g.world; ++r) {
-      if (g.bytes[r] != bytes) {
+    for (int r = 0; r < g.world && st.ok(); ++r) {
+      if (g.failed[r]) {
+        st = Status(StatusCode::kInternal, "all_gather: rank " + std::to_string(r) +
+                                               " failed to finish its slot (its stream)");
+      } else if (g.bytes[r] != bytes) {
         st = Status(StatusCode::kInvalidArgument,
                     "all_gather: rank " + std::to_string(r) + " sends " +
                         std::to_string(g.bytes[r]) + " bytes, rank " + std::to_string(rank_) +
                         " " + std::to_string(bytes) + ": every rank must send the same size");
-        break;
       }
     }
     if (st.ok()) {
-      for (int r = 0; r < g.world; ++r) {
+      for (int r = 0; r < g.world && st.ok(); ++r) {
         unsigned char* dst = static_cast<unsigned char*>(recv) + r * bytes;
-        if (dst != g.send[r] && bytes > 0) std::memcpy(dst, g.send[r], bytes);
+        if (dst == g.send[r] || bytes == 0) continue;
+        if (cuda) {
+          st = detail::cuda_copy_async(dst, g.send[r], bytes, g.device.index, stream);
+        } else {
+          std::memcpy(dst, g.send[r], bytes);
+        }
+      }
+      // The copies read the peers' send buffers: done before the closing barrier.
+      if (cuda) {
+        const Status wait = detail::cuda_stream_wait(g.device.index, stream);
+        if (st.ok()) st = wait;
       }
     }
     g.barrier();  // nobody changes its send buffer while another rank still reads it
@@ -84,11 +105,14 @@ class ThreadCommunicator final : public Communicator {
 
 }  // namespace
 
-Result<std::vector<std::unique_ptr<Communicator>>> make_thread_communicators(int world_size) {
+Result<std::vector<std::unique_ptr<Communicator>>> make_thread_communicators(int world_size,
+                                                                             Device device) {
   if (world_size < 1)
     return Status(StatusCode::kInvalidArgument,
                   "world_size = " + std::to_string(world_size) + ": expected >= 1");
-  auto group = std::make_shared<ThreadGroup>(world_size);
+  if (device.type == DeviceType::kCUDA)
+    PAGEDATTN_RETURN_IF_ERROR(detail::cuda_check_device(device.index));
+  auto group = std::make_shared<ThreadGroup>(world_size, device);
   std::vector<std::unique_ptr<Communicator>> comms;
   for (int r = 0; r < world_size; ++r) comms.push_back(std::make_unique<ThreadCommunicator>(group, r));
   return comms;

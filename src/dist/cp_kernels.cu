@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <string>
 
 #include "src/core/numeric.h"
 #include "src/cuda/common/cuda_common.cuh"
@@ -142,6 +143,37 @@ Status cuda_merge(const unsigned char* gathered, const SlotLayout& l, const Tens
   const int threads = l.head_size >= 128 ? 128 : static_cast<int>((l.head_size + 31) / 32 * 32);
   merge_kernel<<<static_cast<unsigned>(rows), threads, 0, static_cast<cudaStream_t>(stream)>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "context parallel merge kernel launch");
+  return Status::Ok();
+}
+
+Status cuda_check_device(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (device < 0 || device >= count)
+    return Status(StatusCode::kDeviceUnavailable,
+                  "cuda:" + std::to_string(device) + ": this machine has " +
+                      std::to_string(count) + " CUDA devices");
+  return Status::Ok();
+}
+
+Status cuda_copy_async(void* dst, const void* src, std::size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return Status::Ok();
+  cuda::DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "thread communicator: cudaSetDevice");
+  PA_CUDA_RETURN(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+                                 static_cast<cudaStream_t>(stream)),
+                 "thread communicator: cudaMemcpyAsync");
+  return Status::Ok();
+}
+
+Status cuda_stream_wait(int device, Stream stream) {
+  cuda::DeviceGuard guard(device);
+  PA_CUDA_RETURN(guard.status(), "thread communicator: cudaSetDevice");
+  PA_CUDA_RETURN(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)),
+                 "thread communicator: cudaStreamSynchronize");
   return Status::Ok();
 }
 

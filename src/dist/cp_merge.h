@@ -48,4 +48,11 @@ Status cuda_prepare(const TensorView& seq_lens, std::int32_t* adjusted, std::int
 Status cuda_merge(const unsigned char* gathered, const SlotLayout& layout, const TensorView& sinks,
                   const TensorView& out, const TensorView& lse, Stream stream);
 
+/// The CUDA steps of the thread communicator on one GPU (communicator.cpp, which stays free
+/// of CUDA headers): a valid device index (kDeviceUnavailable otherwise), an asynchronous
+/// device-to-device copy on `stream` and a host wait for `stream` (kInternal when CUDA fails).
+Status cuda_check_device(int device);
+Status cuda_copy_async(void* dst, const void* src, std::size_t bytes, int device, Stream stream);
+Status cuda_stream_wait(int device, Stream stream);
+
 }  // namespace pagedattn::dist::detail

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "src/core/numeric.h"
@@ -135,6 +136,18 @@ Result<RunOutput> run_batch(const InvarianceConfig& c, const std::vector<Seq>& s
   args.query_start_loc = TensorView::contiguous(b_qsl->data(), DType::kInt32, {n + 1}, dev);
   args.params.scale = 6.0f * default_scale(c.head_size);  // a peaked softmax, as run_case's
   args.params.sliding_window = c.sliding_window;
+  args.params.softcap = c.softcap;
+  std::vector<float> alibi(static_cast<std::size_t>(H)), sinks(static_cast<std::size_t>(H));
+  for (std::int64_t h = 0; h < H; ++h) {
+    alibi[static_cast<std::size_t>(h)] = std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(H));
+    sinks[static_cast<std::size_t>(h)] = 0.5f - 0.25f * static_cast<float>(h);
+  }
+  auto b_alibi = Buffer::create(dev, bytes_of(alibi), 0);
+  if (!b_alibi.ok()) return b_alibi.status();
+  auto b_sinks = Buffer::create(dev, bytes_of(sinks), 0);
+  if (!b_sinks.ok()) return b_sinks.status();
+  if (c.alibi) args.params.alibi_slopes = TensorView::contiguous(b_alibi->data(), DType::kFloat32, {H}, dev);
+  if (c.sinks) args.params.sinks = TensorView::contiguous(b_sinks->data(), DType::kFloat32, {H}, dev);
   HostMetadata host;
   host.block_table = TensorView::contiguous(block_table.data(), DType::kInt32, {n, width});
   host.seq_lens = TensorView::contiguous(seq_lens.data(), DType::kInt32, {n});
@@ -199,6 +212,55 @@ InvarianceResult check_batch_invariance(const InvarianceConfig& c) {
                                   res.detail.empty() ? "" : "; ", i, la[i], lb[i]);
         break;
       }
+  }
+  return res;
+}
+
+EachAloneResult check_each_sequence_alone(const InvarianceConfig& c,
+                                          const std::vector<std::pair<int, int>>& batch) {
+  EachAloneResult res;
+  std::vector<Seq> seqs;
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    seqs.push_back({batch[i].first, batch[i].second, static_cast<std::uint64_t>(i) + 1});
+  auto batched = run_batch(c, seqs);
+  if (!batched.ok()) {
+    res.status = batched.status();
+    return res;
+  }
+  res.batched = batched->choice;
+  const std::size_t row_out = static_cast<std::size_t>(c.num_heads) * c.head_size * dtype_size(c.dtype);
+  const std::size_t row_lse = static_cast<std::size_t>(c.num_heads) * 4;
+  std::size_t offset = 0;  // sequence i's first token in the batch
+  for (std::size_t i = 0; i < seqs.size(); offset += static_cast<std::size_t>(seqs[i].query_len), ++i) {
+    const std::size_t q = static_cast<std::size_t>(seqs[i].query_len);
+    if (q == 0) continue;
+    auto alone = run_batch(c, {seqs[i]});
+    if (!alone.ok()) {
+      res.status = alone.status();
+      return res;
+    }
+    ++res.checked;
+    const bool out_equal =
+        std::memcmp(alone->out.data(), batched->out.data() + offset * row_out, q * row_out) == 0;
+    const bool lse_equal =
+        std::memcmp(alone->lse.data(), batched->lse.data() + offset * row_lse, q * row_lse) == 0;
+    if (out_equal && lse_equal) continue;
+    res.differing.push_back(static_cast<int>(i));
+    if (!res.detail.empty()) continue;
+    if (!out_equal) {
+      for (std::size_t b = 0; b < q * row_out; ++b)
+        if (alone->out[b] != batched->out[offset * row_out + b]) {
+          res.detail = fmt::format(
+              "sequence {} (seq_len {}, query_len {}): out differs first at byte {} of its rows "
+              "(alone: {}, in the batch: {})",
+              i, seqs[i].seq_len, seqs[i].query_len, b, to_string(alone->choice.kernel),
+              to_string(batched->choice.kernel));
+          break;
+        }
+    } else {
+      res.detail = fmt::format("sequence {} (seq_len {}, query_len {}): lse differs", i,
+                               seqs[i].seq_len, seqs[i].query_len);
+    }
   }
   return res;
 }

@@ -22,6 +22,9 @@ struct InvarianceConfig {
   DType dtype = DType::kFloat16;     // query / output
   DType kv_dtype = DType::kFloat16;  // == dtype or fp8
   int sliding_window = 0;
+  float softcap = 0.0f;
+  bool alibi = false;                // slopes 2^(-8 (h + 1) / H)
+  bool sinks = false;                // sink logits 0.5 - 0.25 h
   PlanOptions plan;                  // batch_invariant is what the test is about
   /// (seq_len, query_len) of the sequence under test.
   std::pair<int, int> subject{3000, 1};
@@ -44,5 +47,21 @@ struct InvarianceResult {
 /// from its own seed, so the subject's inputs are the same in both runs; the K/V reach the
 /// cache through write_kv), and compare the subject's rows bytewise.
 InvarianceResult check_batch_invariance(const InvarianceConfig& config);
+
+struct EachAloneResult {
+  Status status;                // non-ok: a call failed
+  int checked = 0;              // sequences run alone (those with query_len > 0)
+  std::vector<int> differing;   // their indices in `batch` whose rows differ
+  std::string detail;           // the first difference, for messages
+  KernelChoice batched;         // what ran on the batch
+};
+
+/// Every sequence of `batch` ((seq_len, query_len) pairs, in batch order) alone against the
+/// batch: one run of the whole batch, then one run per sequence with query_len > 0 by itself
+/// (sequence i's inputs drawn from its own seed, so the same in both), each sequence's output
+/// and LSE rows compared bytewise. Costs one batch run plus one run per sequence.
+/// config.subject, config.others and config.subject_index are not used.
+EachAloneResult check_each_sequence_alone(const InvarianceConfig& config,
+                                          const std::vector<std::pair<int, int>>& batch);
 
 }  // namespace pagedattn::testing

@@ -460,6 +460,18 @@ TEST(ContextParallel, ThreadAllGatherChecksSizes) {
   EXPECT_FALSE(dist::make_thread_communicators(0).ok());
 }
 
+TEST(ContextParallel, ThreadCommunicatorsOnAMissingCudaDeviceAreRefused) {
+  // No machine has 1000 GPUs; a CPU-only build has none: refused before any rank exists.
+  auto comms = dist::make_thread_communicators(2, Device::cuda(1000));
+  ASSERT_FALSE(comms.ok());
+  EXPECT_EQ(comms.status().code(), StatusCode::kDeviceUnavailable);
+  EXPECT_NE(comms.status().message().find("cuda:1000"), std::string::npos)
+      << comms.status().to_string();
+  auto cpu = dist::make_thread_communicators(2, Device::cpu());
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)[0]->device(), Device::cpu());
+}
+
 }  // namespace
 }  // namespace pagedattn
 

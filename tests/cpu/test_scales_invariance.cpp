@@ -244,5 +244,25 @@ TEST(BatchInvariance, CpuPrefillAndFp8AloneAndInBatchesAreBitIdentical) {
   EXPECT_TRUE(r.lse_equal) << r.detail;
 }
 
+// check_each_sequence_alone (what `pagedattn verify --batch-invariant` runs): decode rows,
+// prefill chunks and a sequence without query rows, with the position features; the rows are
+// found at each sequence's own offset (a wrong offset would compare another sequence's rows).
+TEST(BatchInvariance, CpuEverySequenceAloneIsBitIdentical) {
+  testing::InvarianceConfig c;
+  c.device = Device::cpu();
+  c.plan.batch_invariant = true;
+  c.plan.num_threads = 2;
+  c.head_size = 64;
+  c.sinks = c.alibi = true;
+  c.softcap = 20.0f;
+  c.sliding_window = 900;
+  const testing::EachAloneResult r =
+      testing::check_each_sequence_alone(c, {{300, 1}, {1500, 40}, {64, 0}, {2000, 1}, {33, 33}});
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.checked, 4);
+  EXPECT_TRUE(r.differing.empty()) << r.detail;
+  EXPECT_EQ(r.batched.kernel, KernelId::kCpuTiled);
+}
+
 }  // namespace
 }  // namespace pagedattn

@@ -4,6 +4,7 @@
 // kernels (a sequence's output and LSE bit for bit alone and inside batches).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -316,6 +317,44 @@ TEST(CudaBatchInvariance, PrefillKernelAloneAndInBatchesIsBitIdentical) {
     EXPECT_TRUE(r.out_equal) << "window " << window << ": " << r.detail;
     EXPECT_TRUE(r.lse_equal) << "window " << window << ": " << r.detail;
   }
+}
+
+// check_each_sequence_alone (what `pagedattn verify --batch-invariant` runs): every sequence
+// of a mixed batch, with sinks, ALiBi and softcap, alone and in the batch.
+TEST(CudaBatchInvariance, EverySequenceOfAMixedBatchAloneIsBitIdentical) {
+  PA_SKIP_WITHOUT_GPU();
+  testing::InvarianceConfig c;
+  c.device = Device::cuda(0);
+  c.plan.batch_invariant = true;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_size = 128;
+  c.dtype = DType::kBFloat16;
+  c.kv_dtype = DType::kBFloat16;
+  for (bool features : {false, true}) {
+    c.sinks = c.alibi = features;
+    c.softcap = features ? 30.0f : 0.0f;
+    const std::vector<std::pair<int, int>> batch{{3000, 1}, {70000, 1}, {1500, 70}, {64, 0},
+                                                 {4000, 33}, {7, 1}};
+    const testing::EachAloneResult r = testing::check_each_sequence_alone(c, batch);
+    ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+    EXPECT_EQ(r.checked, 5);  // the query_len-0 sequence has no rows
+    EXPECT_TRUE(r.differing.empty()) << (features ? "with features: " : "") << r.detail;
+  }
+}
+
+TEST(CudaBatchInvariance, EachSequenceAloneSeesTheDifferenceWithoutTheMode) {
+  // The control: without the mode the 3000-token sequence (index 1) splits differently alone.
+  PA_SKIP_WITHOUT_GPU();
+  testing::InvarianceConfig c;
+  c.device = Device::cuda(0);
+  c.head_size = 72;
+  const testing::EachAloneResult r = testing::check_each_sequence_alone(
+      c, {{100, 1}, {3000, 1}, {70000, 1}, {7, 1}, {2049, 1}});
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_EQ(r.checked, 5);
+  EXPECT_NE(std::find(r.differing.begin(), r.differing.end(), 1), r.differing.end())
+      << "differing: " << r.differing.size() << "; " << r.detail;
 }
 
 // ---------------------------------------------------------------- skewed batches

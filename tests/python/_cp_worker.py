@@ -61,6 +61,38 @@ def cases():
     return out
 
 
+def check_mismatches_are_refused(rank, world):
+    """A shard made for another world size or rank is a ValueError naming the argument, on
+    every rank, before any collective (so no rank is left waiting in one)."""
+    bt = torch.arange(8, dtype=torch.int32).reshape(1, 8)
+    lens = torch.tensor([100], dtype=torch.int32)
+    kw = dict(num_heads=4, num_kv_heads=1, head_size=64)
+    step = cp.ContextParallelDecode()
+    for other_world in (world + 1, max(1, world // 2)):
+        wrong = cp.shard_block_table(bt, lens, 16, other_world, 0)
+        try:
+            step.plan(wrong, **kw)
+        except ValueError as e:
+            assert "world_size" in str(e) and f"has {world}" in str(e), str(e)
+        else:
+            raise AssertionError(f"a shard for {other_world} ranks ran on a group of {world}")
+        try:  # the same through the tensors and their world_size
+            cache = pagedattn.KVCache(torch.zeros(8, 16, 1, 64), torch.zeros(8, 16, 1, 64))
+            cp.context_parallel_decode(torch.zeros(1, 4, 64), cache, wrong.block_table,
+                                       wrong.seq_lens, world_size=other_world)
+        except ValueError as e:
+            assert "world_size" in str(e), str(e)
+        else:
+            raise AssertionError("world_size mismatch through tensors was accepted")
+    other = cp.shard_block_table(bt, lens, 16, world, (rank + 1) % world)
+    try:
+        step.plan(other, **kw)
+    except ValueError as e:
+        assert "rank" in str(e) and f"is rank {rank}" in str(e), str(e)
+    else:
+        raise AssertionError(f"rank {rank} ran rank {(rank + 1) % world}'s shard")
+
+
 def run(rank, world, port, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -87,8 +119,10 @@ def run(rank, world, port, out_dir):
                 cache = pagedattn.KVCache(k[pb].contiguous(), v[pb].contiguous())
             else:
                 cache = pagedattn.KVCache(k, v)
-            out, lse = cp.context_parallel_decode(q, cache, shard.block_table, shard.seq_lens,
-                                                  scale=scale, softcap=softcap, sinks=sinks,
+            # Every other case the LocalShard itself (its world size and rank checked), the
+            # others its tensors.
+            meta = (shard,) if i % 2 else (shard.block_table, shard.seq_lens)
+            out, lse = cp.context_parallel_decode(q, cache, *meta, scale=scale, softcap=softcap, sinks=sinks,
                                                   return_lse=True,
                                                   merge=c.get("merge", "fp32"))
             tol = TOL[dtype]
@@ -103,6 +137,7 @@ def run(rank, world, port, out_dir):
             assert all(torch.equal(o, outs[0]) for o in outs), f"case {i}: ranks differ"
             empty = int((shard.seq_lens == 0).sum())
             report.append(dict(case=i, diff=diff, diff_oracle=diff_oracle, empty_shards=empty))
+        check_mismatches_are_refused(rank, world)
         if rank == 0:
             with open(os.path.join(out_dir, f"cp_w{world}.json"), "w") as f:
                 json.dump(report, f)

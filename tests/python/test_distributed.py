@@ -122,3 +122,79 @@ def test_bad_arguments_name_themselves():
         cp.merge_pairwise(outs, torch.zeros(3, 1, 2))
     with pytest.raises(ValueError, match="sinks"):
         cp.merge_partial_states(outs, torch.zeros(2, 1, 2), sinks=torch.zeros(3))
+
+
+@pytest.mark.skipif(not torch.distributed.is_available() or
+                    not torch.distributed.is_gloo_available(), reason="needs torch with Gloo")
+def test_a_shard_of_another_split_is_refused_naming_the_argument():
+    import pagedattn
+    bt = torch.arange(8, dtype=torch.int32).reshape(1, 8)
+    lens = torch.tensor([100], dtype=torch.int32)
+    kw = dict(num_heads=4, num_kv_heads=1, head_size=64)
+    two = cp.shard_block_table(bt, lens, 16, 2, 0)
+    assert (two.world_size, two.rank) == (2, 0)
+    if not torch.distributed.is_initialized():
+        with pytest.raises(RuntimeError, match="no process group"):
+            cp.ContextParallelDecode().plan(two, **kw)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}",
+                                         rank=0, world_size=1)
+    try:
+        step = cp.ContextParallelDecode()
+        # Shards for 2 ranks on a group of 1: half of the keys would be missing, silently.
+        with pytest.raises(ValueError, match=r"world_size = 2: .* the process group has 1"):
+            step.plan(two, **kw)
+        with pytest.raises(ValueError, match=r"world_size = 2"):
+            step.plan(two.block_table, two.seq_lens, world_size=2, **kw)
+        with pytest.raises(ValueError, match=r"world_size = 3: the LocalShard was made with "
+                                             r"world_size 2"):
+            step.plan(two, world_size=3, **kw)
+        with pytest.raises(ValueError, match="local_seq_lens"):
+            step.plan(two, two.seq_lens, **kw)
+        with pytest.raises(ValueError, match="local_seq_lens"):
+            step.plan(two.block_table, **kw)
+        # The right split runs, through the shard or its tensors, and equals one process.
+        torch.manual_seed(0)
+        k, v = torch.randn(8, 16, 1, 64), torch.randn(8, 16, 1, 64)
+        q = torch.randn(1, 4, 64)
+        cache = pagedattn.KVCache(k, v)
+        one = cp.shard_block_table(bt, lens, 16, 1, 0)
+        got = cp.context_parallel_decode(q, cache, one)
+        got_t = cp.context_parallel_decode(q, cache, one.block_table, one.seq_lens,
+                                           world_size=1, rank=0)
+        want = pagedattn.paged_attention(q, cache, bt, lens, torch.arange(2, dtype=torch.int32))
+        assert torch.equal(got, got_t)
+        assert (got - want).abs().max().item() <= 1e-5
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("scheme", cp.SCHEMES)
+def test_local_states_of_simulated_ranks_merge_to_one_process(scheme):
+    """ContextParallelDecode.local_state needs no process group: N shards run one after
+    another in one process (bench/context_parallel.py --simulate) merge to the whole result,
+    an empty shard included (sequence 1 has one block)."""
+    import pagedattn
+    torch.manual_seed(1)
+    bs, world = 16, 3
+    lens = torch.tensor([100, 9, 48], dtype=torch.int32)
+    bt = torch.tensor([[5, 0, 7, 2, 9, 11, 3], [4, -1, -1, -1, -1, -1, -1],
+                       [1, 6, 8, -1, -1, -1, -1]], dtype=torch.int32)
+    k, v = torch.randn(12, bs, 2, 64), torch.randn(12, bs, 2, 64)
+    q = torch.randn(3, 8, 64)
+    want = pagedattn.paged_attention(q, pagedattn.KVCache(k, v), bt, lens,
+                                     torch.arange(4, dtype=torch.int32))
+    outs, lses = [], []
+    for r in range(world):
+        shard = cp.shard_block_table(bt, lens, bs, world, r, scheme, renumber=True)
+        pb = shard.physical_blocks.long()
+        pb = pb if pb.numel() else torch.zeros(1, dtype=torch.long)
+        cache = pagedattn.KVCache(k[pb].contiguous(), v[pb].contiguous())
+        step = cp.ContextParallelDecode(device="cpu")
+        step.plan(shard.block_table, shard.seq_lens, num_heads=8, num_kv_heads=2, head_size=64,
+                  cache=cache, q_dtype=q.dtype)
+        o, l_ = step.local_state(q, cache)
+        outs.append(o)
+        lses.append(l_)
+    assert any(torch.isneginf(l_).all(dim=1).any() for l_ in lses)  # an empty shard somewhere
+    got, _ = cp.merge_partial_states(torch.stack(outs), torch.stack(lses))
+    assert (got - want).abs().max().item() <= 1e-5
