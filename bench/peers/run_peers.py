@@ -37,6 +37,7 @@ pagedattn time, > 1 when pagedattn is faster), and --json/--md/--png.
   python3 bench/peers/run_peers.py --cli build/pagedattn --json peers.json --md peers.md \\
       --png peers.png
   python3 bench/peers/run_peers.py --prebuild-flashinfer fi_aot   # JIT only: fi_aot_<k>.tar.xz
+  python3 bench/peers/run_peers.py --from-json peers.json --md peers.md --png peers.png
   python3 bench/peers/run_peers.py --cpu-smoke                            # CPU-side self-test
 """
 from __future__ import annotations
@@ -54,8 +55,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 sys.path.insert(0, HERE)
+from peers_fi_jit import prebuild  # noqa: E402
 from peers_impls import (DEFAULT_PEERS, FlashInfer, PagedAttn, Sdpa, Unsupported,  # noqa: E402
-                         VllmTriton, _first_line, make_impls, prebuild_flashinfer)
+                         VllmTriton, _first_line, make_impls)
 from peers_workloads import (Batch, SplitMix64, Workload, check_rows, cli_workloads,  # noqa: E402
                              compare, derived_workloads, oracle, replace, scaled_down, select,
                              tolerance)
@@ -441,7 +443,14 @@ def main() -> int:
                          "pack them as PREFIX_<k>.tar.xz for fetch_peers.sh --aot")
     ap.add_argument("--deadline-s", type=float, default=1e9,
                     help="prebuild: stop building after this many seconds, pack what is built")
-    ap.add_argument("--jobs", type=int, default=4, help="modules built at once (prebuild)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="prebuild: compiles at once (all modules in one ninja run)")
+    ap.add_argument("--no-smoke", dest="smoke", action="store_false",
+                    help="prebuild: skip the small check of each module against a dense "
+                         "reference (it needs a GPU)")
+    ap.add_argument("--from-json", metavar="FILE",
+                    help="only rewrite --md / --png (and the table on stdout) from the JSON of "
+                         "an earlier run")
     ap.add_argument("--allow-jit", action="store_true",
                     help="let FlashInfer compile a module it lacks during the run (minutes)")
     ap.add_argument("--cpu-smoke", action="store_true", help=cpu_smoke.__doc__.split("\n")[0])
@@ -464,8 +473,14 @@ def main() -> int:
         wl = select(base + derived_workloads(base), args.workloads)
         backends = [p.split("-", 1)[1] for p in args.peers.split(",")
                     if p.startswith("flashinfer-")]
-        return prebuild_flashinfer(wl, backends, args.prebuild_flashinfer, args.jobs,
-                                   args.deadline_s)
+        return prebuild(wl, backends, args.prebuild_flashinfer, args.jobs, args.deadline_s,
+                        smoke=args.smoke)
+    if args.from_json:
+        with open(args.from_json) as f:
+            doc = json.load(f)
+        args.json = None
+        write_outputs(doc, args, final=True)
+        return 0
     return run(args)
 
 
