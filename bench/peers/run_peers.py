@@ -341,34 +341,54 @@ def markdown(doc: dict) -> str:
 
 
 def plot(doc: dict, path: str):
+    """One bar per timed peer and workload: the peer's speed relative to pagedattn's
+    (pagedattn time / peer time; log scale, < 1: pagedattn faster), the targets as lines
+    (the best peer at or below 1/1.05 on decode, 1/1.0 on prefill), the ratio to the best peer
+    above each group, and 'n/a' where a peer did not run."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except Exception as e:  # noqa: BLE001
-        print(f"run_peers: no plot ({_first_line(e)})", file=sys.stderr)
+        print(f"run_peers: no plot ({_first_line(e)}; bench/peers/README.md says how to plot "
+              f"from the JSON elsewhere)", file=sys.stderr)
         return
     rows = [r for r in doc["results"] if "impls" in r]
-    names = doc["peers"]
-    fig, ax = plt.subplots(figsize=(max(8, 1.1 * len(rows)), 4.5))
+    names = [n for n in doc["peers"] if n != "pagedattn"]
+    fig, ax = plt.subplots(figsize=(max(9, 0.75 * len(rows) * max(1, len(names)) / 3), 5))
     width = 0.8 / max(1, len(names))
+    ax.set_yscale("log", base=2)
     for k, n in enumerate(names):
         xs, ys = [], []
         for i, r in enumerate(rows):
             c = r["impls"].get(n, {})
             pa = r["impls"].get("pagedattn", {})
+            x = i + (k - (len(names) - 1) / 2) * width
             if c.get("status") == "ok" and pa.get("status") == "ok":
-                xs.append(i + (k - (len(names) - 1) / 2) * width)
-                ys.append(pa["median_us"] / c["median_us"])  # speed relative to pagedattn
-        ax.bar(xs, ys, width, label=n)
+                xs.append(x)
+                ys.append(pa["median_us"] / c["median_us"])
+            elif c:
+                ax.text(x, 1.0, c.get("status", "?"), rotation=90, ha="center", va="bottom",
+                        fontsize=6, color="0.5")
+        ax.bar(xs, [y - 1 for y in ys], width, bottom=1.0, label=n)  # from 1: up = peer faster
+    for i, r in enumerate(rows):
+        target = PREFILL_TARGET if r.get("group") == "prefill" else DECODE_TARGET
+        ax.hlines(1 / target, i - 0.45, i + 0.45, colors="k", linestyles="dashed", lw=0.8)
+        if "ratio" in r:
+            ax.text(i, 1.01, f"{r['ratio']:.2f}", transform=ax.get_xaxis_transform(),
+                    ha="center", va="bottom", fontsize=8,
+                    color="green" if r["ratio"] >= target else "red")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(range(len(rows)))
     ax.set_xticklabels([r["name"] for r in rows], rotation=45, ha="right")
-    ax.set_ylabel("speed relative to pagedattn (pagedattn time / time)")
-    ax.set_title(f"pagedattn and peers, {doc['device']}")
-    ax.legend(fontsize=8)
+    ax.set_ylabel("peer speed / pagedattn speed (log2)")
+    ax.set_title(f"pagedattn and its peers, {doc['device']}: up = the peer is faster; every bar "
+                 f"below the dashed line meets the target; on top: best peer / pagedattn",
+                 fontsize=9, pad=16)
+    ax.legend(fontsize=7, ncol=min(5, len(names)), loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
     print(f"plot: {path}")
 
 
