@@ -111,6 +111,24 @@ def read_ninja_log(path: str) -> dict:
     return out
 
 
+def read_ninja_log_mtimes(path: str) -> dict:
+    """{output path: the output's time as ninja recorded it} (.ninja_log's third field; ns in
+    log v7)."""
+    out = {}
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if line.startswith("#") or len(parts) < 4:
+                continue
+            try:
+                out[parts[3]] = int(parts[2])
+            except ValueError:
+                continue
+    return out
+
+
 def module_times(build_dir: str, log: dict) -> dict:
     """The compile steps of one module's build folder in `log`: count, summed and longest
     seconds (the link included)."""
@@ -166,17 +184,75 @@ def _stop(proc: subprocess.Popen):
             continue
 
 
+def restore_partial(paths: list, jit_dir: str) -> int:
+    """Unpack partial builds (pack_partial's archives) next to FlashInfer's JIT folder, so that
+    ninja finds the compiles already done (their objects, ninja's log and deps records, the
+    generated sources with their old times) and runs only the rest. Returns the objects
+    restored. Best effort: anything ninja finds out of date it compiles again."""
+    base = os.path.dirname(jit_dir.rstrip("/"))
+    n = 0
+    for p in paths:
+        with tarfile.open(p) as t:
+            n += sum(m.name.endswith(".o") for m in t.getmembers())
+            try:
+                t.extractall(base, filter="data")
+            except TypeError:  # a Python without extraction filters
+                t.extractall(base)
+        print(f"prebuild: resumed {p} ({n} objects so far)", flush=True)
+    # tar keeps times to about a microsecond; ninja compares the objects' times with the
+    # nanoseconds it recorded (an object newer than its record is compiled again): give each
+    # restored output its recorded time.
+    for out, mtime_ns in read_ninja_log_mtimes(os.path.join(jit_dir, ".ninja_log")).items():
+        if mtime_ns > 0 and os.path.exists(out):
+            os.utime(out, ns=(mtime_ns, mtime_ns))
+    return n
+
+
+def pack_partial(unfinished: list, jit_dir: str, log: dict, out: str) -> bool:
+    """For the modules (JitSpecs) that did not finish: their compiled objects (those ninja's
+    log records as done), build files and generated sources, and ninja's log and deps records,
+    relative to the JIT folder's parent, into `out` (.tar.xz) for restore_partial() in a later
+    call. False when there is nothing to carry."""
+    base = os.path.dirname(jit_dir.rstrip("/"))
+    files = []
+    for s in unfinished:
+        bdir = str(s.build_dir)
+        done = [p for p in log if p.startswith(bdir + "/") and os.path.exists(p)]
+        if not done:
+            continue
+        files += done + [p + ".d" for p in done if os.path.exists(p + ".d")]
+        files.append(str(s.ninja_path))
+        gen = os.path.join(base, "generated", s.name)
+        if os.path.isdir(gen):
+            files += [os.path.join(gen, f) for f in sorted(os.listdir(gen))]
+    if not files:
+        return False
+    files += [os.path.join(jit_dir, f) for f in (".ninja_log", ".ninja_deps")
+              if os.path.exists(os.path.join(jit_dir, f))]
+    with tarfile.open(out, "w:xz", preset=3) as t:
+        for f in files:
+            t.add(f, arcname=os.path.relpath(f, base))
+    print(f"prebuild: {sum(f.endswith('.o') for f in files)} compiled objects of unfinished "
+          f"modules -> {out} ({os.path.getsize(out) / 1e6:.1f} MB; carry it as "
+          f".peers/carry/flashinfer_partial.tar.xz to resume)", flush=True)
+    return True
+
+
 def prebuild(workloads: list, backends: list, out_prefix: str, jobs: int, deadline_s: float,
-             smoke: bool = True) -> int:
+             smoke: bool = True, resume: list = ()) -> int:
     """Build every FlashInfer module that `backends` need on `workloads` and that is neither
-    prebuilt nor already compiled, `jobs` compiles at once in one ninja run; stop at
-    `deadline_s` seconds; pack what was built this time with pack() (and nothing when nothing
-    was built); write <out_prefix>_times.json (per module: built, compile steps done, summed
-    and longest compile seconds; the cores, jobs, load average and wall time); with `smoke`
-    and a GPU, check each needed module with smoke_check(). Exit status 0 iff every needed
-    module is available (and passed the check)."""
+    prebuilt nor already compiled, `jobs` compiles at once in one ninja run, after restoring
+    the partial builds `resume` (restore_partial); stop at `deadline_s` seconds; pack what was
+    built this time with pack() (nothing when nothing was built) and, for modules that did not
+    finish, their finished compiles as <out_prefix>_partial.tar.xz (pack_partial); write
+    <out_prefix>_times.json (per module: built, compile steps done, summed and longest compile
+    seconds; the cores, jobs, load average and wall time); with `smoke` and a GPU, check each
+    needed module with smoke_check(). Exit status 0 iff every needed module is available (and
+    passed the check)."""
     from flashinfer.jit import env as jit_env
     t_start = time.time()
+    if resume:
+        restore_partial(list(resume), str(jit_env.FLASHINFER_JIT_DIR))
     wanted = wanted_modules(workloads, backends)
     specs = [(a, spec(a)) for a in wanted]
     todo = [(a, s) for a, s in specs if not (s.is_aot or s.jit_library_path.exists())]
@@ -241,6 +317,10 @@ def prebuild(workloads: list, backends: list, out_prefix: str, jobs: int, deadli
         for ln in lines[:12]:
             print("  ninja: " + ln[:300])
     report["archives"] = pack(built, out_prefix) if built else []
+    unfinished = [s for _, s in specs if not (s.is_aot or s.jit_library_path.exists())]
+    # "-partial": not a module archive (install and add-aot take PREFIX_<k>.tar.xz as those).
+    if unfinished and pack_partial(unfinished, jit_dir, log, f"{out_prefix}-partial.tar.xz"):
+        report["archives"].append(f"{out_prefix}-partial.tar.xz")
     # Written before the check too: a caller's time limit that stops the check keeps it.
     with open(f"{out_prefix}_times.json", "w") as f:
         json.dump(report, f, indent=2)

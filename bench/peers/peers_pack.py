@@ -15,7 +15,9 @@ site folder. Subcommands:
   add-aot  --carry DIR FILE...: copy FlashInfer module archives (run_peers.py
            --prebuild-flashinfer's PREFIX_<k>.tar.xz, e.g. brought back from a GPU call) into
            DIR as flashinfer_aot_<n>.tar.xz (next free n), without fetching anything; an archive
-           whose modules DIR already holds is skipped. Then `size`.
+           whose modules DIR already holds is skipped; PREFIX-partial.tar.xz (the compiles of
+           modules that did not finish) becomes DIR/flashinfer_partial.tar.xz, which the next
+           prebuild resumes from. Then `size`.
   size     --carry DIR [--limit-mb N]: bytes that travel; exit 1 above the limit.
   install  --carry DIR --site DIR: pip-install the carried wheels into DIR (no index, no
            dependencies), unpack the FlashInfer package and its prebuilt modules there, and
@@ -140,6 +142,12 @@ def add_aot(args):
         have |= _aot_members(f)
     n = 0
     for src in args.files:
+        if "partial" in os.path.basename(src):  # run_peers.py's PREFIX-partial.tar.xz
+            dest = os.path.join(args.carry, "flashinfer_partial.tar.xz")
+            shutil.copy(src, dest)
+            print(f"staged {src} -> {dest} (compiles of unfinished modules: the next "
+                  f"prebuild resumes them)")
+            continue
         members = _aot_members(src)
         if not members:
             sys.exit(f"peers_pack: {src} holds no FlashInfer module (.so)")

@@ -1,17 +1,23 @@
 """Checks of the peers bench's bookkeeping that need neither torch nor a GPU nor the peers
 (run_peers.py --self-test runs them after the workload checks; ctest runs --self-test):
 ninja's log parsing and the per-module compile times, the packing of built FlashInfer modules
-and their staging into the carry folder, FlashInfer's fa3 refusals, and the table's ratios,
+and their staging into the carry folder, resuming a stopped build from its packed compiles, FlashInfer's fa3 refusals, and the table's ratios,
 target lines and notes."""
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import signal
+import subprocess
 import tarfile
 import tempfile
+import time
+import types
 
 import peers_pack
-from peers_fi_jit import fa3_refusal, module_times, pack, read_ninja_log
+from peers_fi_jit import (fa3_refusal, module_times, pack, pack_partial, read_ninja_log,
+                          restore_partial)
 from peers_workloads import Workload
 
 
@@ -71,6 +77,62 @@ def _check_pack_and_stage(d: str, fails: list):
         fails.append("add_aot: a carry over the limit passed")
 
 
+def _check_resume(d: str, fails: list):
+    """A build stopped half-way, packed, and restored on a 'fresh machine' (the same paths):
+    ninja must then run only the compiles that had not finished, and the link."""
+    if not shutil.which("ninja"):
+        return
+    base = os.path.join(d, "ws")
+    jit, gen, hdr = os.path.join(base, "cached_ops"), os.path.join(base, "generated", "m"), \
+        os.path.join(d, "h.h")
+
+    def fresh():
+        shutil.rmtree(base, ignore_errors=True)
+        os.makedirs(os.path.join(jit, "m"))
+        os.makedirs(gen)
+        with open(hdr, "w") as f:
+            f.write("h")
+        os.utime(hdr, (0, 0))  # like the headers unpacked from the carried FlashInfer tarball
+        for i in range(4):
+            with open(os.path.join(gen, f"f{i}.cu"), "w") as f:
+                f.write(f"src {i}")
+        objs = " ".join(f"{jit}/m/f{i}.o" for i in range(4))
+        with open(os.path.join(jit, "m", "build.ninja"), "w") as f:
+            f.write("rule cc\n  command = sleep $d; cat $in > $out; "
+                    f"echo \"$out: $in {hdr}\" > $out.d\n  depfile = $out.d\n  deps = gcc\n" +
+                    "".join(f"build {jit}/m/f{i}.o: cc {gen}/f{i}.cu\n  d = {0 if i < 2 else 60}\n"
+                            for i in range(4)) + f"build {jit}/m/m.so: cc {objs}\n  d = 0\n")
+        with open(os.path.join(jit, "top.ninja"), "w") as f:
+            f.write(f"subninja {jit}/m/build.ninja\n")
+    fresh()
+    p = subprocess.Popen(["ninja", "-k", "0", "-j", "4", "-C", jit, "-f", "top.ninja"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+    t_end = time.time() + 20
+    while time.time() < t_end and len(read_ninja_log(os.path.join(jit, ".ninja_log"))) < 2:
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGTERM)
+    p.wait()
+    log = read_ninja_log(os.path.join(jit, ".ninja_log"))
+    spec = types.SimpleNamespace(build_dir=os.path.join(jit, "m"),
+                                 ninja_path=os.path.join(jit, "m", "build.ninja"), name="m")
+    part = os.path.join(d, "p-partial.tar.xz")
+    if sorted(os.path.basename(k) for k in log) != ["f0.o", "f1.o"] or \
+            not pack_partial([spec], jit, log, part):
+        fails.append(f"resume: the stopped build recorded {sorted(log)}")
+        return
+    shutil.rmtree(base)
+    restore_partial([part], jit)
+    os.makedirs(os.path.join(jit, "m"), exist_ok=True)
+    with open(os.path.join(jit, "top.ninja"), "w") as f:
+        f.write(f"subninja {jit}/m/build.ninja\n")
+    q = subprocess.run(["ninja", "-n", "-C", jit, "-f", "top.ninja"], capture_output=True,
+                       text=True)
+    todo = [ln for ln in q.stdout.splitlines() if ln.startswith("[")]
+    if len(todo) != 3 or any("f0.cu" in ln or "f1.cu" in ln for ln in todo):
+        fails.append(f"resume: ninja would run {len(todo)} steps: {todo}")
+
+
 def _check_fa3_rules(fails: list):
     w = Workload("x", "config", "", [64], [1])
     if fa3_refusal(w) is not None:
@@ -124,6 +186,8 @@ def offline_checks() -> list:
     with tempfile.TemporaryDirectory() as d:
         _check_ninja_log(d, fails)
         _check_pack_and_stage(d, fails)
+    with tempfile.TemporaryDirectory() as d:
+        _check_resume(d, fails)
     _check_fa3_rules(fails)
     _check_table(fails)
     return fails

@@ -527,8 +527,11 @@ def main() -> int:
         wl = select(base + derived_workloads(base), args.workloads)
         backends = [p.split("-", 1)[1] for p in args.peers.split(",")
                     if p.startswith("flashinfer-")]
+        import glob
+        partial = sorted(glob.glob(os.path.join(ROOT, ".peers", "carry",
+                                                "flashinfer_partial*.tar.xz")))
         return prebuild(wl, backends, args.prebuild_flashinfer, args.jobs, args.deadline_s,
-                        smoke=args.smoke)
+                        smoke=args.smoke, resume=partial)
     if args.from_json:
         with open(args.from_json) as f:
             doc = json.load(f)
