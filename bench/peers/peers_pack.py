@@ -157,7 +157,8 @@ def add_aot(args):
         while os.path.exists(os.path.join(args.carry, f"flashinfer_aot_{n}.tar.xz")):
             n += 1
         dest = os.path.join(args.carry, f"flashinfer_aot_{n}.tar.xz")
-        shutil.copy(src, dest)
+        shutil.copy(src, dest + ".tmp")  # renamed when complete: a copy taken meanwhile
+        os.replace(dest + ".tmp", dest)  # never sees half an archive
         have |= members
         print(f"staged {src} -> {dest} ({len(members)} modules, "
               f"{os.path.getsize(dest) / 1e6:.1f} MB)")
