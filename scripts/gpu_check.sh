@@ -19,8 +19,9 @@
 #     same data (bench/peers/run_peers.py; issue 22): installs the payload that
 #     bench/peers/fetch_peers.sh staged in .peers/carry (carry that folder), builds the Python
 #     extension and the CLI, JIT-builds the FlashInfer modules that are not prebuilt (returned
-#     as flashinfer_aot_<k>.tar.xz: stage them with fetch_peers.sh --aot for the next call) and
-#     writes peers.json, peers.md and peers.png; PEERS_WORKLOADS / PEERS_ARGS narrow the run,
+#     as flashinfer_aot_<k>.tar.xz: stage them with peers_pack.py add-aot for the next call),
+#     writes peers.json, peers.md and peers.png, and returns vLLM's Triton cache when it grew
+#     (triton_cache.tar.xz); PEERS_WORKLOADS / PEERS_ARGS narrow the run,
 #     PEERS_PREBUILD_WORKLOADS the FlashInfer builds (default: PEERS_WORKLOADS's);
 #   MODE=python: build the Python extension only and run the pytest suite on cuda tensors
 #     (`pytest tests/python --device cuda`: the shared matrix, torch.compile, opcheck, the
@@ -105,7 +106,8 @@ fi
   if [ "$MODE" = python ]; then
     run_limited 330 200 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}"
   elif [ "$MODE" = peers ]; then
-    run_limited 300 240 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}" pagedattn_cli
+    # 120 s kept for the run: a cut build leaves no table; a cut run keeps its rows.
+    run_limited 300 120 cmake --build "$BUILD" -j "$JOBS" --target "${PY_TARGET[@]:-pagedattn_py}" pagedattn_cli
   elif [ "$MODE" = bench ]; then
     run_limited 330 120 cmake --build "$BUILD" -j "$JOBS" --target pagedattn_cli
   else
@@ -256,17 +258,26 @@ if (( build_rc == 0 )) && [ "$MODE" = peers ]; then
   export FLASHINFER_WORKSPACE_BASE=/tmp/fi_ws TVM_FFI_CACHE_DIR=/tmp/tvm_ffi_cache \
     FLASHINFER_CUDA_ARCH_LIST=9.0a PYTHONUNBUFFERED=1
   peers_wl="${PEERS_WORKLOADS:-standard,trace,config,prefill}"
-  # FlashInfer's modules that were not carried prebuilt: compiled here, several at once,
-  # and returned for the next call (fetch_peers.sh --aot).
+  # vLLM's Triton kernels compile on first use (seconds per variant): a cache carried from an
+  # earlier call (.peers/carry/triton_cache.tar.xz, this script's $OUT/triton_cache.tar.xz)
+  # is reused.
+  export TRITON_CACHE_DIR=/tmp/peers_triton_cache
+  mkdir -p "$TRITON_CACHE_DIR"
+  [ -f .peers/carry/triton_cache.tar.xz ] && tar -xJf .peers/carry/triton_cache.tar.xz -C "$TRITON_CACHE_DIR"
+  triton_before=$(find "$TRITON_CACHE_DIR" -type f | wc -l)
+  # FlashInfer's modules that were not carried prebuilt: compiled here in one ninja run on
+  # every core (about 10 CUDA files a module) and returned as $OUT/flashinfer_aot_<k>.tar.xz
+  # for the next call (peers_pack.py add-aot). The builds stop, and what is built is packed,
+  # with 280 s left for the timed run.
   t0=$(date +%s)
-  # The builds stop (and what is built is packed) with 200 s left for the timed run.
   run_limited 360 120 python3 bench/peers/run_peers.py --cli "$CLI" \
-    --workloads "${PEERS_PREBUILD_WORKLOADS:-$peers_wl}" \
-    --prebuild-flashinfer "$OUT/flashinfer_aot" --jobs 4 --deadline-s $(( $(left) - 200 )) \
+    --workloads "${PEERS_PREBUILD_WORKLOADS:-$peers_wl}" --no-smoke \
+    --prebuild-flashinfer "$OUT/flashinfer_aot" --jobs "$JOBS" --deadline-s $(( $(left) - 280 )) \
     > "$LOG/peers_jit.log" 2>&1
   rc=$?
+  mv -f "$OUT"/flashinfer_aot_times.json "$OUT"/flashinfer_aot_ninja.log "$LOG"/ 2>/dev/null
   record flashinfer_jit "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
-    "$(grep -E '^prebuild: [0-9]+ modules' "$LOG/peers_jit.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+    "$(grep -E '^prebuild: [0-9]+ built' "$LOG/peers_jit.log" | tail -1)$([ $rc -eq 124 ] && echo ', TIMEOUT')"
   cat "$LOG/peers_jit.log"
   t0=$(date +%s)
   # shellcheck disable=SC2086  # PEERS_ARGS: several flags
@@ -276,6 +287,10 @@ if (( build_rc == 0 )) && [ "$MODE" = peers ]; then
   rc=$?
   record peers "$([ $rc -eq 0 ] && echo ok || echo FAIL)" $(( $(date +%s) - t0 )) \
     "exit $rc$([ $rc -eq 124 ] && echo ', TIMEOUT')"
+  if (( $(find "$TRITON_CACHE_DIR" -type f | wc -l) > triton_before )); then
+    tar -cJf "$OUT/triton_cache.tar.xz" -C "$TRITON_CACHE_DIR" . &&
+      echo "triton cache: $(du -sh "$OUT/triton_cache.tar.xz" | cut -f1) -> \$OUT/triton_cache.tar.xz (carry it as .peers/carry/triton_cache.tar.xz)"
+  fi
   cat "$LOG/peers.log"
 fi
 

@@ -1,13 +1,12 @@
 """The libraries the peers bench runs (bench/peers/run_peers.py), each behind prepare(batch)
--> fn() with its reason when it cannot run a workload, and the FlashInfer module prebuild."""
+-> fn() with its reason when it cannot run a workload (FlashInfer's module build:
+peers_fi_jit.py)."""
 from __future__ import annotations
 
-import os
 import sys
-import tarfile
-import time
 
-from peers_workloads import Batch, Workload, torch_dtype
+from peers_fi_jit import fa3_refusal, module_args, module_ready
+from peers_workloads import Batch, torch_dtype
 
 # ----------------------------------------------------------------------------- implementations
 class Unsupported(Exception):
@@ -66,8 +65,25 @@ def _fi_workspace(device):
 
 
 class FlashInfer(Impl):
-    """Decode batches: BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True, backend);
-    mixed and prefill batches: BatchPrefillWithPagedKVCacheWrapper(backend), causal."""
+    """FlashInfer as a serving engine calls it, one wrapper per batch kind, planned once outside
+    the timing (an engine plans once per step and reuses the plan across layers):
+
+    - decode batches: BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True) — the
+      tensor-core decode, which runs the batch-prefill kernels with the GQA group packed into
+      the query tile and FlashInfer's KV split (fixed_split_size / disable_split_kv left at
+      their defaults: the planner splits long sequences);
+    - mixed and prefill batches: BatchPrefillWithPagedKVCacheWrapper, causal (bottom-right).
+
+    NHD pages, the bench's block size, no positional encoding, the workload's softmax scale,
+    fp8 caches with their per-tensor scales (k_scale / v_scale). The backend is forced (fa2
+    or fa3) so that both appear. FlashInfer's own backend="auto" takes fa2 for bf16/fp16
+    tensor-core decode on every GPU (decode.py, plan()) and fa3 for prefill on Hopper where
+    fa3 supports the dtypes and head size (utils.py determine_attention_backend); fa3 on a
+    decode batch is therefore a configuration FlashInfer does not pick itself: its SM90
+    scheduler (PrefillSM90Plan in include/flashinfer/attention/scheduler.cuh) gives every
+    query head its own work item (the GQA group is not packed into the 128-row query tile,
+    so each KV head is read once per query head, 4x at 32/8 heads) and has no KV split, which
+    is why its decode times are ~4x fa2's."""
     library = "flashinfer"
 
     #: False: a module that is neither prebuilt nor in the JIT cache makes the workload 'n/a'
@@ -87,12 +103,9 @@ class FlashInfer(Impl):
         w = b.w
         if b.device == "cpu":
             raise Unsupported("CUDA only")
-        if self.backend == "fa3":  # FlashInfer's own rules (flashinfer/utils.py)
-            if w.kv_dtype != w.dtype:
-                raise Unsupported("fa3 reads an fp8 cache only with an fp8 query")
-            if w.head_size not in (64, 128, 256):
-                raise Unsupported(f"fa3 has head sizes 64, 128, 256 (not {w.head_size})")
-        ready, module = flashinfer_module_ready(flashinfer_module_args(w, self.backend))
+        if self.backend == "fa3" and fa3_refusal(w):  # FlashInfer's own rules (utils.py)
+            raise Unsupported(fa3_refusal(w))
+        ready, module = module_ready(module_args(w, self.backend))
         if not ready and not self.allow_jit:
             raise Unsupported(f"module {module[:60]}... not built (run_peers.py "
                               f"--prebuild-flashinfer, or --allow-jit)")
@@ -101,14 +114,14 @@ class FlashInfer(Impl):
         ws = _fi_workspace(b.device)
         try:
             if w.is_decode:
-                self.kind = "decode (tensor cores)"
+                self.kind = "tensor-core decode"
                 wr = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
                     ws, "NHD", use_tensor_cores=True, backend=self.backend)
                 wr.plan(indptr, indices, last, w.num_heads, w.num_kv_heads, w.head_size,
                         w.block_size, pos_encoding_mode="NONE", q_data_type=b.query.dtype,
                         kv_data_type=kv_t, sm_scale=b.scale)
             else:
-                self.kind = "paged prefill"
+                self.kind = "paged prefill, causal"
                 wr = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD",
                                                                     backend=self.backend)
                 wr.plan(b.qsl.to(b.device), indptr, indices, last, w.num_heads,
@@ -119,6 +132,9 @@ class FlashInfer(Impl):
             raise Unsupported(f"plan: {_first_line(e)}")
         out = torch.empty_like(b.query)
         kv = (b.k_cache, b.v_cache)
+        if w.kv_dtype.startswith("fp8"):
+            ks, vs = b.k_scale, b.v_scale
+            return lambda: wr.run(b.query, kv, k_scale=ks, v_scale=vs, out=out)
         return lambda: wr.run(b.query, kv, out=out)
 
     def label(self):
@@ -294,113 +310,3 @@ def make_impls(names: list) -> list:
 # vLLM last: its first call of each kernel variant compiles (seconds), and a time limit that
 # stops a run then costs the fewest results.
 DEFAULT_PEERS = "pagedattn,flashinfer-fa2,flashinfer-fa3,sdpa-cudnn,sdpa-flash,vllm-triton"
-
-
-# ----------------------------------------------------------------------------- FlashInfer JIT
-def flashinfer_module_args(w: Workload, backend: str):
-    """The (backend, *args) of flashinfer.prefill.get_batch_prefill_module that the wrappers
-    above ask for on `w` (the tensor-core decode runs the prefill module)."""
-    import torch
-    return (backend, torch_dtype(w.dtype), torch_dtype(w.kv_dtype), torch_dtype(w.dtype),
-            torch.int32, w.head_size, w.head_size, 0, False, False, False)
-
-
-def _spec(spec_args):
-    from flashinfer.jit.attention import modules as m
-    backend, *args = spec_args
-    gen = m._gen_batch_prefill_primary_module if backend == "fa2" else \
-        m.gen_batch_prefill_module
-    return gen(backend, *args)
-
-
-def flashinfer_module_ready(spec_args) -> tuple:
-    """(prebuilt or already compiled, module name)."""
-    spec = _spec(spec_args)
-    return spec.is_aot or spec.jit_library_path.exists(), spec.name
-
-
-def _build_one(spec_args):
-    """Build (not load) one FlashInfer module in a worker process; returns (name, seconds,
-    error)."""
-    t = time.time()
-    try:
-        spec = _spec(spec_args)
-        if spec.is_aot:
-            return spec.name, 0.0, None, None  # carried prebuilt: nothing to pack
-        spec.build()
-        return spec.name, time.time() - t, None, str(spec.jit_library_path)
-    except Exception as e:  # noqa: BLE001
-        return repr(spec_args[:1] + (spec_args[5],)), time.time() - t, _first_line(e), None
-
-
-def prebuild_flashinfer(workloads: list, backends: list, out_prefix: str, jobs: int,
-                        deadline_s: float) -> int:
-    """JIT-build every FlashInfer module the run needs, `jobs` at once, and pack the built .so
-    files as flashinfer/data/aot/<module>/<module>.so (FlashInfer's own AOT location) into
-    <out_prefix>_<k>.tar.xz archives of at most 15 MB each (the device returns files of up to
-    16 MiB) for fetch_peers.sh --aot. Past `deadline_s` the builds still running are killed
-    and what was built is packed."""
-    import concurrent.futures as cf
-    import lzma
-    import multiprocessing as mp
-    import signal
-    t_end = time.time() + deadline_s
-    wanted = []
-    for w in workloads:
-        for be in backends:
-            if be == "fa3" and (w.kv_dtype != w.dtype or w.head_size not in (64, 128, 256)):
-                continue  # FlashInfer's fa3 does not run it (FlashInfer.prepare says why)
-            a = flashinfer_module_args(w, be)
-            if a not in wanted:
-                wanted.append(a)
-    print(f"prebuild: {len(wanted)} FlashInfer modules, {jobs} at once", flush=True)
-    built, failed = [], 0
-    ctx = mp.get_context("spawn")
-    # Each module's ninja gets a share of the cores (several modules build at once).
-    os.environ.setdefault("MAX_JOBS", str(max(1, (os.cpu_count() or 1) // max(1, jobs))))
-    # Every worker leads a process group, so that a deadline can stop its nvcc processes too.
-    ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=os.setpgrp)
-    futs = [ex.submit(_build_one, a) for a in wanted]
-    try:
-        for f in cf.as_completed(futs, timeout=max(1.0, t_end - time.time())):
-            name, sec, err, path = f.result()
-            state = "FAILED " + err if err else "prebuilt" if path is None else f"{sec:.0f} s"
-            print(f"  {name[:100]}: {state}", flush=True)
-            failed += err is not None
-            if path:
-                built.append((name, path))
-    except cf.TimeoutError:
-        left = sum(not f.done() for f in futs)
-        print(f"prebuild: deadline ({deadline_s:.0f} s): {left} modules not built", flush=True)
-        failed += left
-        for proc in list(getattr(ex, "_processes", {}).values()):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-    ex.shutdown(wait=False, cancel_futures=True)
-    if not built:
-        print("prebuild: 0 modules built", flush=True)
-        return 1 if failed else 0
-    # Greedy bins of <= 15 MB compressed (each module's size measured by compressing it).
-    sized = []
-    for name, path in built:
-        with open(path, "rb") as fh:
-            sized.append((len(lzma.compress(fh.read(), preset=3)), name, path))
-    bins = []
-    for size_b, name, path in sorted(sized, reverse=True):
-        for b in bins:
-            if b[0] + size_b <= 15e6:
-                b[0] += size_b
-                b[1].append((name, path))
-                break
-        else:
-            bins.append([size_b, [(name, path)]])
-    for k, (_, members) in enumerate(bins):
-        out = f"{out_prefix}_{k}.tar.xz"
-        with tarfile.open(out, "w:xz", preset=3) as t:
-            for name, path in members:
-                t.add(path, arcname=f"flashinfer/data/aot/{name}/{name}.so")
-        print(f"prebuild: {len(members)} modules -> {out} ({os.path.getsize(out) / 1e6:.1f} MB)",
-              flush=True)
-    return 1 if failed else 0

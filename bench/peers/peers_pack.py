@@ -12,6 +12,12 @@ site folder. Subcommands:
            vllm/v1/attention/ops/triton_unified_attention.py and triton_attention_helpers.py,
            beside the stand-in package bench/peers/vllm_shim; each --aot tarball (FlashInfer
            modules built earlier by `run_peers.py --prebuild-flashinfer`) copied as is.
+  add-aot  --carry DIR FILE...: copy FlashInfer module archives (run_peers.py
+           --prebuild-flashinfer's PREFIX_<k>.tar.xz, e.g. brought back from a GPU call) into
+           DIR as flashinfer_aot_<n>.tar.xz (next free n), without fetching anything; an archive
+           whose modules DIR already holds is skipped; PREFIX-partial.tar.xz (the compiles of
+           modules that did not finish) becomes DIR/flashinfer_partial.tar.xz, which the next
+           prebuild resumes from. Then `size`.
   size     --carry DIR [--limit-mb N]: bytes that travel; exit 1 above the limit.
   install  --carry DIR --site DIR: pip-install the carried wheels into DIR (no index, no
            dependencies), unpack the FlashInfer package and its prebuilt modules there, and
@@ -124,6 +130,41 @@ def stage(args):
     return size(argparse.Namespace(carry=args.carry, limit_mb=args.limit_mb))
 
 
+def _aot_members(path: str) -> set:
+    with tarfile.open(path) as t:
+        return {m.name for m in t.getmembers() if m.name.endswith(".so")}
+
+
+def add_aot(args):
+    have = set()
+    existing = sorted(glob.glob(os.path.join(args.carry, "flashinfer_aot_*.tar.xz")))
+    for f in existing:
+        have |= _aot_members(f)
+    n = 0
+    for src in args.files:
+        if "partial" in os.path.basename(src):  # run_peers.py's PREFIX-partial.tar.xz
+            dest = os.path.join(args.carry, "flashinfer_partial.tar.xz")
+            shutil.copy(src, dest)
+            print(f"staged {src} -> {dest} (compiles of unfinished modules: the next "
+                  f"prebuild resumes them)")
+            continue
+        members = _aot_members(src)
+        if not members:
+            sys.exit(f"peers_pack: {src} holds no FlashInfer module (.so)")
+        if members <= have:
+            print(f"skipped {src}: its {len(members)} modules are carried already")
+            continue
+        while os.path.exists(os.path.join(args.carry, f"flashinfer_aot_{n}.tar.xz")):
+            n += 1
+        dest = os.path.join(args.carry, f"flashinfer_aot_{n}.tar.xz")
+        shutil.copy(src, dest + ".tmp")  # renamed when complete: a copy taken meanwhile
+        os.replace(dest + ".tmp", dest)  # never sees half an archive
+        have |= members
+        print(f"staged {src} -> {dest} ({len(members)} modules, "
+              f"{os.path.getsize(dest) / 1e6:.1f} MB)")
+    return size(argparse.Namespace(carry=args.carry, limit_mb=args.limit_mb))
+
+
 def _tree_bytes(path: str) -> int:
     total = 0
     for root, _, files in os.walk(path):
@@ -192,6 +233,10 @@ def main():
     s.add_argument("--aot", action="append")
     s.add_argument("--no-jit-sources", action="store_true")
     s.add_argument("--limit-mb", type=float, default=48)
+    a = sub.add_parser("add-aot")
+    a.add_argument("--carry", required=True)
+    a.add_argument("--limit-mb", type=float, default=48)
+    a.add_argument("files", nargs="+")
     z = sub.add_parser("size")
     z.add_argument("--carry", required=True)
     z.add_argument("--limit-mb", type=float, default=48)
@@ -203,7 +248,8 @@ def main():
     h.add_argument("--carry", required=True)
     h.add_argument("--site", required=True)
     args = ap.parse_args()
-    return {"stage": stage, "size": size, "install": install, "host": host}[args.cmd](args)
+    return {"stage": stage, "size": size, "install": install, "host": host,
+            "add-aot": add_aot}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def derived_workloads(base: list) -> list:
         w1 = Workload("W1", "standard", "", [4096] * 64, [1] * 64)
     out = [replace(w1, name="W1-fp8", group="config", kv_dtype="fp8_e4m3",
                    description="W1 with an fp8 e4m3 cache (scale 1)")]
-    for h in (80, 96, 256):
+    for h in (80, 96, 256, 512):
         out.append(replace(w1, name=f"W1-h{h}", group="config", head_size=h,
                            description=f"W1 with head size {h}"))
     out.append(Workload("P-chunks", "prefill", "4 x 2048-token chunks ending an 8192 context",
