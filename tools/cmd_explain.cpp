@@ -133,6 +133,7 @@ int run_explain(const ExplainFlags& ef) {
                       {"prefill_rows_mma", k.prefill_rows_mma},
                       {"batch_invariant", c.plan.batch_invariant},
                       {"prefill_rows_wgmma", k.prefill_rows_wgmma},
+                      {"prefill_rows_wgmma_ws", k.prefill_rows_wgmma_ws},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -180,7 +181,8 @@ int run_explain(const ExplainFlags& ef) {
     const RowKernels rows = row_kernels(k);
     auto shown = [](const std::string& id) {
       return id == "cuda_prefill_mma"     ? "tensor-core prefill kernel (" + id + ")"
-             : id == "cuda_prefill_wgmma" ? "Hopper tensor-core prefill kernel (" + id + ")"
+             : id == "cuda_prefill_wgmma" || id == "cuda_prefill_wgmma_ws"
+                 ? "Hopper tensor-core prefill kernel (" + id + ")"
                                           : id;
     };
     if (any_decode) std::printf("  decode rows        %s\n", shown(rows.decode).c_str());
