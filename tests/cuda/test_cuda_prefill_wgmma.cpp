@@ -231,6 +231,8 @@ std::vector<CaseConfig> sanitize_cases() {
   add(wcase(KVLayout::kHND, 128, f16, 24, 8, 16, {{15, 15}, {200, 140}, {5, 1}}, "san"));
   add(wcase(KVLayout::kNHD, 256, b16, 16, 4, 16, {{70, 70}, {3, 2}}, "san"));
   add(wcase(KVLayout::kHND, 256, f16, 8, 8, 32, {{100, 65}, {2, 1}}, "san"));
+  // Enough key tiles (8 and 6) that every ring slot is refilled: the mbarrier phases wrap.
+  add(wcase(KVLayout::kNHD, 128, b16, 8, 2, 16, {{1000, 40}, {700, 1}}, "san_long"));
   return v;
 }
 

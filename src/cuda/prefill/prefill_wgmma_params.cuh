@@ -41,6 +41,11 @@ struct WgParams {
   const float* sinks;  // null = off
   std::int64_t sinks_stride;
   const int* tile_start;  // [num_seqs + 1], written by launch_tile_prefix
+  // Diagnostics of the warp-specialised kernel only (wrong results; for profiling what limits
+  // it), from PAGEDATTN_DEBUG_PREFILL_WS: 1 = no ping-pong between the consumers, 2 = no
+  // softmax (raw scores as P), 4 = the producer copies nothing (arrives on the full barriers
+  // at once). 0 in normal use.
+  int debug_flags;
 };
 
 /// The parameters of `args` (validated, nhd or hnd layout) for a cache of `block_size`

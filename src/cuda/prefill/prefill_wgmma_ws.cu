@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -39,10 +40,10 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Producer / consumer register budgets (setmaxnreg; multiples of 8): 128 x 40 + 256 x 232
+// Producer / consumer register budgets (setmaxnreg; multiples of 8): 128 x 56 + 256 x 224
 // = 64512 of the SM's 65536.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void mbar_init(std::uint32_t a, std::uint32_t count) {
@@ -186,12 +187,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
                           b >= 0 ? 16 : 0);
         }
       };
+      const bool no_copy = (p.debug_flags & 4) != 0;
       if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
-      copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
-      cp_async_arrive_noinc(full_k(st));
+      if (!no_copy) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
+      if (no_copy) mbar_arrive(full_k(st)); else cp_async_arrive_noinc(full_k(st));
       if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
-      copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
-      cp_async_arrive_noinc(full_v(st));
+      if (!no_copy) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
+      if (no_copy) mbar_arrive(full_v(st)); else cp_async_arrive_noinc(full_v(st));
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // exit with nothing in flight
     return;
@@ -255,6 +257,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
   const int wg_last = min(wrow0 + 63, nvalid - 1);
   const int wg_qlo = pos_first + (rem + wrow0) / G;
   const int my_turn = 1 + cw, other_turn = 2 - cw;
+  const bool pingpong = (p.debug_flags & 1) == 0;
+  auto turn_sync = [&]() {
+    if (pingpong) named_sync(my_turn, 256);
+  };
+  auto turn_arrive = [&](int id) {
+    if (pingpong) named_arrive(id, 256);
+  };
 
   auto issue_s = [&](int st) {
     const std::uint32_t k_addr = k_addr0 + st * (TILE * 2);
@@ -337,6 +346,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
     }
   };
   auto softmax_tile = [&](int it) {
+    if (p.debug_flags & 2) {  // diagnostics: the GEMMs and loads without the softmax
+#pragma unroll
+      for (int kk = 0; kk < PSTEPS; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[kk][e] = mma::pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+      return;
+    }
     const int t0 = start + it * TOK;
     // Warpgroup-uniform: no mask where every key of the tile is visible to every row.
     const std::int64_t t_last = std::int64_t{t0} + TOK - 1;
@@ -356,15 +372,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
   };
 
   if (ntiles > 0) {
-    if (cw == 1) named_arrive(1, 256);  // consumer 0 takes the first turn
+    if (cw == 1) turn_arrive(1);  // consumer 0 takes the first turn
     // tile 0: S only
     mbar_wait(full_k(0), 0);
     wgmma::fence_proxy_async();
-    named_sync(my_turn, 256);
+    turn_sync();
     wgmma::fence();
     issue_s(0);
     wgmma::commit();
-    named_arrive(other_turn, 256);
+    turn_arrive(other_turn);
     wgmma::wait<0>();
     wgmma::fence_operand(sc);
     release(empty_k(0));
@@ -374,13 +390,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
       mbar_wait(full_k(st), (it / STAGES) & 1);
       mbar_wait(full_v(pst), ((it - 1) / STAGES) & 1);
       wgmma::fence_proxy_async();
-      named_sync(my_turn, 256);
+      turn_sync();
       wgmma::fence_operand(o);
       wgmma::fence();
       issue_pv(pst);
       issue_s(st);
       wgmma::commit();
-      named_arrive(other_turn, 256);
+      turn_arrive(other_turn);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       wgmma::fence_operand(sc);
@@ -392,12 +408,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
     const int pst = (ntiles - 1) % STAGES;
     mbar_wait(full_v(pst), ((ntiles - 1) / STAGES) & 1);
     wgmma::fence_proxy_async();
-    named_sync(my_turn, 256);
+    turn_sync();
     wgmma::fence_operand(o);
     wgmma::fence();
     issue_pv(pst);
     wgmma::commit();
-    if (cw == 0) named_arrive(other_turn, 256);  // consumer 1's last turn hands over nothing
+    if (cw == 0) turn_arrive(other_turn);  // consumer 1's last turn hands over nothing
     wgmma::wait<0>();
     wgmma::fence_operand(o);
     release(empty_v(pst));
@@ -450,9 +466,16 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
 
 }  // namespace
 
-Status prefill_ws_launch(const WgParams& p, int head, bool bf16, std::int64_t row_tiles,
+Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64_t row_tiles,
                          int num_kv_heads, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
+  // Diagnostics only (see WgParams::debug_flags): read once per process.
+  static const int debug_flags = [] {
+    const char* e = std::getenv("PAGEDATTN_DEBUG_PREFILL_WS");
+    return e != nullptr ? std::atoi(e) & 7 : 0;
+  }();
+  WgParams p = params;
+  p.debug_flags = debug_flags;
   if (head == 64)
     return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
                 : launch<__half, 64>(p, row_tiles, num_kv_heads, st);
