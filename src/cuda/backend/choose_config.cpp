@@ -135,8 +135,11 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
            std::to_string(prefill_ws_tile_tokens(h)) +
            " tokens (cp.async completing on mbarriers; independent of block_size " +
            std::to_string(problem.block_size) +
-           "), two consumer warpgroups of 64 rows taking turns at the tensor cores (named "
-           "barriers) so that one's softmax overlaps the other's GEMMs, " +
+           "), two consumer warpgroups of 64 rows " +
+           std::string(h < 256 ? "taking turns at the tensor cores (named barriers) so that "
+                                 "one's softmax overlaps the other's GEMMs, "
+                               : "(no turn-taking for head 256: its 2-stage rings make the "
+                                 "turns wait on loads), ") +
            std::to_string(prefill_ws_smem_bytes(h)) +
            " bytes of shared memory, no KV split (PlanOptions::wgmma_prefill_v1 selects the "
            "first version); ";
