@@ -51,6 +51,7 @@ struct BenchFlags {
   int splits = 0;
   bool batch_invariant = false;
   bool no_wgmma = false;
+  bool wgmma_v1 = false;
   bool list_workloads = false;  // print the definitions as JSON, time nothing
   std::vector<std::string> configs;  // --config, each the text of verify's flags
   bool matrix = false;
@@ -210,6 +211,7 @@ int run_bench(const BenchFlags& f) {
     it.plan.num_splits = f.splits;
     it.plan.batch_invariant = f.batch_invariant;
     it.plan.no_wgmma_prefill = f.no_wgmma;
+    it.plan.wgmma_prefill_v1 = f.wgmma_v1;
     it.check = check_named;
     it.budget_ms = std::max(0.0, f.budget_ms);
     items.push_back(std::move(it));
@@ -253,6 +255,7 @@ int run_bench(const BenchFlags& f) {
     it.plan = row.config.plan;
     it.plan.batch_invariant |= f.batch_invariant;
     it.plan.no_wgmma_prefill |= f.no_wgmma;
+    it.plan.wgmma_prefill_v1 |= f.wgmma_v1;
     it.check = check;
     it.budget_ms = budget;
     it.from_config = true;
@@ -633,6 +636,9 @@ Action register_bench(CLI::App& app) {
   cmd->add_option("--ceiling-gb", flags->ceiling_gb, "GB read by the read-ceiling kernel");
   cmd->add_option("--csv", flags->csv, "write results as CSV")->check(kNonEmpty);
   cmd->add_option("--json", flags->json, "write results as JSON")->check(kNonEmpty);
+  cmd->add_flag("--wgmma-v1", flags->wgmma_v1,
+                "on Hopper, the first wgmma prefill kernel instead of the warp-specialised one "
+                "(PlanOptions::wgmma_prefill_v1), to compare the two");
   cmd->add_flag("--no-wgmma", flags->no_wgmma,
                 "keep the mma.sync prefill kernel on Hopper (PlanOptions::no_wgmma_prefill), "
                 "to compare it with the wgmma one");

@@ -156,6 +156,7 @@ int run_explain(const ExplainFlags& ef) {
                        {{"decode", any_decode ? nlohmann::json(rows.decode) : nlohmann::json(nullptr)},
                         {"prefill", any_prefill ? nlohmann::json(rows.prefill) : nlohmann::json(nullptr)}}},
                       {"runs", runs},
+                      {"prefill_rows_wgmma_ws", k.prefill_rows_wgmma_ws},
                       {"reason", k.reason}};
     j["cache_access"] = {{"access", access_name(access.access)}, {"reason", access.reason}};
     j["writer"] = {{"kernel", writer.kernel},
@@ -206,7 +207,8 @@ int run_explain(const ExplainFlags& ef) {
     // Which kernel takes which rows of a mixed batch (the fields above describe `kernel`).
     auto shown = [](const std::string& id) {
       return id == "cuda_prefill_mma"     ? "tensor-core prefill kernel (" + id + ")"
-             : id == "cuda_prefill_wgmma" ? "Hopper tensor-core prefill kernel (" + id + ")"
+             : id == "cuda_prefill_wgmma" || id == "cuda_prefill_wgmma_ws"
+                 ? "Hopper tensor-core prefill kernel (" + id + ")"
                                           : id;
     };
     if (any_decode) std::printf("  decode rows        %s\n", shown(rows.decode).c_str());

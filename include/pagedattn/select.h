@@ -35,6 +35,10 @@ struct PlanOptions {
   /// 9.0 devices instead of the wgmma one (KernelChoice::prefill_rows_wgmma): for tests of
   /// that kernel and benchmark comparisons.
   bool no_wgmma_prefill = false;
+  /// On the wgmma prefill path, run its first version (two warpgroups, a CTA barrier per key
+  /// tile) instead of the warp-specialised one (KernelChoice::prefill_rows_wgmma_ws): for
+  /// benchmark comparisons and as a fallback. Ignored when the wgmma kernel is not chosen.
+  bool wgmma_prefill_v1 = false;
 };
 
 /// Facts about a device that selection depends on, queried at run time (never hard-coded).
@@ -129,6 +133,10 @@ struct KernelChoice {
   /// warpgroups, fp16/bf16, head_size 64, 128 or 256, nhd/hnd layouts, every score modifier
   /// (src/cuda/prefill/prefill_wgmma.h); same fallbacks.
   bool prefill_rows_wgmma = false;
+  /// prefill_rows_wgmma runs the warp-specialised version (a producer warpgroup filling
+  /// mbarrier-guarded K/V rings, two consumer warpgroups taking turns at the tensor cores);
+  /// false with it: the first version (PlanOptions::wgmma_prefill_v1).
+  bool prefill_rows_wgmma_ws = false;
   std::string reason;
 };
 

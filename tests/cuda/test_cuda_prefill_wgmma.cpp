@@ -13,6 +13,8 @@
 //    strided activations;
 //  - SanitizePrefillWgmma/SanitizePrefillWgmma.*: one small case per instantiation (dtype x
 //    head), for compute-sanitizer;
+//  - PrefillWgmmaV1/CudaPrefillWgmmaV1.*: the sanitizer cases and a few more on the first
+//    version (PlanOptions::wgmma_prefill_v1); every other case runs the warp-specialised one;
 //  - CudaPrefillWgmmaSelect.*: PlanOptions::no_wgmma_prefill and the split layout (not on it
 //    yet) keep prefill_mma, which still matches the oracle.
 // Without a GPU every test skips.
@@ -229,6 +231,8 @@ std::vector<CaseConfig> sanitize_cases() {
   add(wcase(KVLayout::kHND, 128, f16, 24, 8, 16, {{15, 15}, {200, 140}, {5, 1}}, "san"));
   add(wcase(KVLayout::kNHD, 256, b16, 16, 4, 16, {{70, 70}, {3, 2}}, "san"));
   add(wcase(KVLayout::kHND, 256, f16, 8, 8, 32, {{100, 65}, {2, 1}}, "san"));
+  // Enough key tiles (8 and 6) that every ring slot is refilled: the mbarrier phases wrap.
+  add(wcase(KVLayout::kNHD, 128, b16, 8, 2, 16, {{1000, 40}, {700, 1}}, "san_long"));
   return v;
 }
 
@@ -240,6 +244,7 @@ void expect_wgmma_passes(const CaseConfig& c) {
   const testing::CaseResult r = testing::run_case(c);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
   EXPECT_TRUE(r.choice.prefill_rows_wgmma) << "the wgmma kernel was not chosen: " << r.choice.reason;
+  EXPECT_EQ(r.choice.prefill_rows_wgmma_ws, !c.plan.wgmma_prefill_v1) << r.choice.reason;
   EXPECT_GT(r.elements_checked, 0);
   EXPECT_TRUE(r.writer_exact) << r.detail;
   EXPECT_TRUE(r.pass) << r.detail << "\n  worst ratio " << r.worst_ratio << "\n  "
@@ -261,6 +266,29 @@ TEST_P(SanitizePrefillWgmma, MatchesOracle) {
 }
 INSTANTIATE_TEST_SUITE_P(SanitizePrefillWgmma, SanitizePrefillWgmma,
                          ::testing::ValuesIn(sanitize_cases()), case_param_name);
+
+// The first version (PlanOptions::wgmma_prefill_v1), kept as the fallback and for A/B
+// benchmarks: the sanitizer cases and a few of the matrix, every instantiation.
+std::vector<CaseConfig> v1_cases() {
+  std::vector<CaseConfig> v = sanitize_cases();
+  for (const CaseConfig& c : wgmma_cases())
+    if (c.tag == "pwg_edges_ctx" || c.tag == "pwg_h256_window" || c.tag == "pwg_gqa5" ||
+        c.tag == "pwg_bs1_mqa8")
+      v.push_back(c);
+  for (CaseConfig& c : v) {
+    c.plan.wgmma_prefill_v1 = true;
+    c.tag += "_v1";
+    c = named(std::move(c));
+  }
+  return v;
+}
+class CudaPrefillWgmmaV1 : public ::testing::TestWithParam<CaseConfig> {};
+TEST_P(CudaPrefillWgmmaV1, MatchesOracle) {
+  PA_SKIP_WITHOUT_SM90();
+  expect_wgmma_passes(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(PrefillWgmmaV1, CudaPrefillWgmmaV1, ::testing::ValuesIn(v1_cases()),
+                         case_param_name);
 
 // The same case on the wgmma kernel and, with PlanOptions::no_wgmma_prefill, on prefill_mma:
 // both pass, and the option is honoured.

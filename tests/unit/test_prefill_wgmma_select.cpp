@@ -105,6 +105,13 @@ TEST(PrefillWgmmaSelect, SharedMemoryFitsOneCtaPerSm) {
   EXPECT_EQ(prefill_wgmma_stages(256), 2);
   EXPECT_EQ(prefill_wgmma_tile_tokens(128), 128);
   EXPECT_EQ(prefill_wgmma_tile_tokens(256), 64);
+  // The warp-specialised version: rings that fit one CTA per SM in 227 KB (232448 bytes).
+  for (int head : {64, 128, 256}) {
+    const std::int64_t tile = std::int64_t{prefill_ws_tile_tokens(head)} * head * 2;
+    EXPECT_EQ(prefill_ws_smem_bytes(head),
+              1024 + kWgmmaRowsPerCta * head * 2 + prefill_ws_stages(head) * 2 * tile + 256);
+    EXPECT_LE(prefill_ws_smem_bytes(head), 232448) << head;
+  }
 }
 
 TEST(PrefillWgmmaSelect, RowTiles) {
@@ -127,6 +134,17 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
   EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
   EXPECT_TRUE(c->prefill_rows_wgmma) << c->reason;
   EXPECT_NE(c->reason.find("cuda_prefill_wgmma"), std::string::npos) << c->reason;
+  EXPECT_TRUE(c->prefill_rows_wgmma_ws) << c->reason;  // the warp-specialised version
+  EXPECT_NE(c->reason.find("warp-specialised"), std::string::npos) << c->reason;
+  {
+    PlanOptions v1;
+    v1.wgmma_prefill_v1 = true;
+    auto c1 = select_kernel(chunk_problem(), info, v1);
+    ASSERT_TRUE(c1.ok());
+    EXPECT_TRUE(c1->prefill_rows_wgmma) << c1->reason;
+    EXPECT_FALSE(c1->prefill_rows_wgmma_ws) << c1->reason;
+    EXPECT_NE(c1->reason.find("first version"), std::string::npos) << c1->reason;
+  }
 
   // Mixed batch: decode rows on the decode fast path, chunks on the wgmma kernel.
   ProblemDesc p = chunk_problem();

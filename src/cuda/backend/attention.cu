@@ -48,6 +48,8 @@ struct CudaPlan {
   /// The rows above go to the wgmma prefill kernel (KernelChoice::prefill_rows_wgmma); the
   /// tile counts are then its 128-row tiles.
   bool prefill_wgmma = false;
+  /// ... on its warp-specialised version (KernelChoice::prefill_rows_wgmma_ws).
+  bool prefill_wgmma_ws = false;
 };
 
 }  // namespace
@@ -123,6 +125,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     const std::int64_t qs = host.query_start_loc.strides[0];
     const int gqa = problem.gqa_ratio();
     plan->prefill_wgmma = state->choice.prefill_rows_wgmma;
+    plan->prefill_wgmma_ws = state->choice.prefill_rows_wgmma_ws;
     plan->prefill_stages = prefill_mma_stages(problem.head_size, info->max_shared_memory_per_block);
     if (plan->prefill_wgmma) {
       plan->prefill_mma_tiles = prefill_wgmma_row_tiles(qsl, qs, num_seqs, gqa, 2);
@@ -144,6 +147,8 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
       state->choice.prefill_rows_mma = false;
       state->choice.prefill_rows_wgmma = false;
       plan->prefill_wgmma = false;
+      plan->prefill_wgmma_ws = false;
+      state->choice.prefill_rows_wgmma_ws = false;
       state->choice.reason += " (tensor-core prefill kernel not taken: " + why + ")";
     }
   }
@@ -210,7 +215,7 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
                                fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
                                fast ? 2 : 1,
                                static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
-                               stream);
+                               stream, cp->prefill_wgmma_ws);
     return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
                            fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
                            fast ? 2 : 1,

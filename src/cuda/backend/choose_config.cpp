@@ -118,20 +118,39 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   if (wgmma) {
     c->prefill_rows_mma = true;
     c->prefill_rows_wgmma = true;
-    std::string r = "Hopper tensor-core prefill kernel (cuda_prefill_wgmma) for the prefill rows of " +
+    c->prefill_rows_wgmma_ws = !options.wgmma_prefill_v1;
+    const int h = problem.head_size;
+    std::string r = "Hopper tensor-core prefill kernel (cuda_prefill_wgmma" +
+                    std::string(c->prefill_rows_wgmma_ws ? ", warp-specialised" : ", first version") +
+                    ") for the prefill rows of " +
                     std::to_string(problem.batch.num_prefill_seqs) +
-                    " chunk(s): 128 (query token, query head) rows per CTA (two warpgroups of "
-                    "64) with the GQA group of " +
+                    " chunk(s): 128 (query token, query head) rows per CTA with the GQA group of " +
                     std::to_string(problem.gqa_ratio()) +
                     " flattened into them, wgmma m64nNk16 for QK^T (both operands in shared "
-                    "memory) and PV (P in registers), fp32 accumulation, " +
-                    std::to_string(prefill_wgmma_stages(problem.head_size)) +
-                    "-stage cp.async pipeline of " +
-                    std::to_string(prefill_wgmma_tile_tokens(problem.head_size)) +
-                    "-token K/V tiles (independent of block_size " +
-                    std::to_string(problem.block_size) + "), " +
-                    std::to_string(prefill_wgmma_smem_bytes(problem.head_size)) +
-                    " bytes of shared memory, no KV split; ";
+                    "memory) and PV (P in registers), fp32 accumulation, ";
+    if (c->prefill_rows_wgmma_ws) {
+      r += "one producer warpgroup (setmaxnreg down) gathering K and V through the block table "
+           "into two rings of " +
+           std::to_string(prefill_ws_stages(h)) + " stages of " +
+           std::to_string(prefill_ws_tile_tokens(h)) +
+           " tokens (cp.async completing on mbarriers; independent of block_size " +
+           std::to_string(problem.block_size) +
+           "), two consumer warpgroups of 64 rows " +
+           std::string(h < 256 ? "taking turns at the tensor cores (named barriers) so that "
+                                 "one's softmax overlaps the other's GEMMs, "
+                               : "(no turn-taking for head 256: its 2-stage rings make the "
+                                 "turns wait on loads), ") +
+           std::to_string(prefill_ws_smem_bytes(h)) +
+           " bytes of shared memory, no KV split (PlanOptions::wgmma_prefill_v1 selects the "
+           "first version); ";
+    } else {
+      r += "two warpgroups of 64 rows, " + std::to_string(prefill_wgmma_stages(h)) +
+           "-stage cp.async pipeline of " + std::to_string(prefill_wgmma_tile_tokens(h)) +
+           "-token K/V tiles with a CTA barrier per tile (independent of block_size " +
+           std::to_string(problem.block_size) + "), " +
+           std::to_string(prefill_wgmma_smem_bytes(h)) +
+           " bytes of shared memory, no KV split (wgmma_prefill_v1 set); ";
+    }
     r += decode_rows_note;
     c->reason = r + "; fallback for tensors that are not 16-byte aligned: " + c->reason;
   } else if (prefill_fast) {

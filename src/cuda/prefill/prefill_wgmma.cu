@@ -24,6 +24,7 @@
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/common/mma_common.cuh"
 #include "src/cuda/prefill/prefill_wgmma.h"
+#include "src/cuda/prefill/prefill_wgmma_params.cuh"
 #include "src/cuda/prefill/wgmma_util.cuh"
 
 namespace pagedattn::cuda {
@@ -33,38 +34,6 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-struct WgParams {
-  const void* q;
-  std::int64_t q_tok, q_head;
-  void* out;
-  std::int64_t o_tok, o_head;
-  float* lse;  // null = not requested
-  std::int64_t l_tok, l_head;
-  const void* k;
-  const void* v;
-  // key / value element (block b, kv head g, token t, 8-element chunk c) at
-  //   b*blk + g*head + t*tok + c*chunk (+ 0..7)
-  std::int64_t k_blk, k_head, k_tok, k_chunk;
-  std::int64_t v_blk, v_head, v_tok, v_chunk, v_dim;
-  const int* block_table;
-  std::int64_t bt_seq, bt_blk, bt_width;
-  std::int64_t num_blocks;
-  const int* seq_lens;
-  std::int64_t sl_stride;
-  const int* qsl;
-  std::int64_t qsl_stride;
-  int num_seqs, gqa, block_size, window;
-  // Logits in log2 units (the softmax uses exp2): without softcap z = s * scale_log2; with
-  // softcap c, z = cap_log2 * tanh(s * cap_arg) with cap_arg = scale / c, cap_log2 = c*log2(e).
-  float scale_log2;
-  float softcap;
-  float cap_arg, cap_log2;
-  const float* alibi;  // null = off
-  std::int64_t alibi_stride;
-  const float* sinks;  // null = off
-  std::int64_t sinks_stride;
-  const int* tile_start;  // [num_seqs + 1], written by launch_tile_prefix
-};
 
 // OVERLAP: the PV GEMM of a tile is issued together with the S GEMM of the next one, so that
 // the softmax of a tile runs while the tensor cores multiply the previous one (the V tile of
@@ -513,7 +482,8 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
 }  // namespace
 
 Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t row_tiles,
-                         int min_query_len, void* workspace, Stream stream) {
+                         int min_query_len, void* workspace, Stream stream,
+                         bool warp_specialized) {
   const int num_seqs = static_cast<int>(args.seq_lens.shape[0]);
   if (row_tiles <= 0 || num_seqs == 0) return Status::Ok();
   if (row_tiles > INT_MAX)
@@ -522,26 +492,9 @@ Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t
   const KVCache& c = args.cache;
   if (c.layout == KVLayout::kSplit)
     return Status(StatusCode::kInternal, "prefill_wgmma: split layout");
-  WgParams p{};
-  fill_attention_params(p, args);
-  const MmaCacheStrides cs = mma_cache_strides(c);
-  p.k_blk = cs.k_blk; p.k_head = cs.k_head; p.k_tok = cs.k_tok; p.k_chunk = cs.k_chunk;
-  p.v_blk = cs.v_blk; p.v_head = cs.v_head; p.v_tok = cs.v_tok; p.v_chunk = cs.v_chunk;
-  p.v_dim = cs.v_dim;
-  p.bt_width = args.block_table.shape[1];
-  p.num_blocks = c.key.shape[0];
-  const int num_heads = static_cast<int>(args.query.shape[1]);
+  WgParams p = make_wg_params(args, block_size);
+  const int num_kv_heads = mma_cache_strides(c).num_kv_heads;
   const int head = static_cast<int>(args.query.shape[2]);
-  const int num_kv_heads = cs.num_kv_heads;
-  p.num_seqs = num_seqs;
-  p.gqa = num_heads / num_kv_heads;
-  p.block_size = block_size;
-  const float scale = args.params.scale;
-  p.scale_log2 = scale * kLog2e;
-  if (p.softcap > 0.f) {
-    p.cap_arg = scale / p.softcap;
-    p.cap_log2 = p.softcap * kLog2e;
-  }
   int* tile_start = static_cast<int*>(workspace);
   p.tile_start = tile_start;
 
@@ -551,6 +504,7 @@ Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t
   PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, num_seqs, kWgmmaRowsPerCta,
                                                p.gqa, min_query_len, tile_start, st));
   const bool bf16 = args.query.dtype == DType::kBFloat16;
+  if (warp_specialized) return prefill_ws_launch(p, head, bf16, row_tiles, num_kv_heads, st);
   if (head == 64)
     return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
                 : launch<__half, 64>(p, row_tiles, num_kv_heads, st);

@@ -18,6 +18,7 @@
 //    split-KV and no atomics: deterministic.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -56,6 +57,29 @@ constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
                                   prefill_wgmma_stages(head_size));
 }
 
+/// The warp-specialised version (prefill_wgmma_ws.cu, the default): one producer warpgroup
+/// gathers K and V tiles into separate rings of shared-memory stages (cp.async completing on
+/// mbarriers), two consumer warpgroups of 64 rows each wait on the full barriers, release
+/// stages on the empty ones, and take turns (named barriers) issuing their GEMMs so that one
+/// warpgroup's softmax runs under the other's tensor-core work.
+inline constexpr int kWsThreads = 384;
+/// KV tokens per stage: as the first version.
+constexpr int prefill_ws_tile_tokens(int head_size) { return prefill_wgmma_tile_tokens(head_size); }
+/// Stages of each of the K and V rings (what fits 227 KB with the query tile).
+constexpr int prefill_ws_stages(int head_size) {
+  return head_size <= 64 ? 5 : head_size <= 128 ? 3 : 2;
+}
+/// Dynamic shared memory of one warp-specialised CTA in bytes: the query tile, `stages` K and
+/// V tiles, 1024 bytes of alignment and 256 for the mbarriers.
+constexpr std::int64_t prefill_ws_smem_bytes(int head_size, int tile_tokens, int stages) {
+  const std::int64_t tile = std::int64_t{tile_tokens} * head_size * 2;
+  const std::int64_t q = std::int64_t{kWgmmaRowsPerCta} * head_size * 2;
+  return 1024 + q + stages * 2 * tile + 256;
+}
+constexpr std::int64_t prefill_ws_smem_bytes(int head_size) {
+  return prefill_ws_smem_bytes(head_size, prefill_ws_tile_tokens(head_size),
+                               prefill_ws_stages(head_size));
+}
 
 /// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
 /// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
@@ -83,9 +107,10 @@ inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& dev
     return no("head_size is not 64, 128 or 256");
   if (pr.layout == KVLayout::kSplit) return no("split layout (not implemented on it yet)");
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
-  if (prefill_wgmma_smem_bytes(pr.head_size) > device.max_shared_memory_per_block)
-    return no("shared memory limit below " +
-              std::to_string(prefill_wgmma_smem_bytes(pr.head_size)) + " bytes");
+  const std::int64_t smem =
+      std::max(prefill_wgmma_smem_bytes(pr.head_size), prefill_ws_smem_bytes(pr.head_size));
+  if (smem > device.max_shared_memory_per_block)
+    return no("shared memory limit below " + std::to_string(smem) + " bytes");
   return true;
 }
 
@@ -104,8 +129,10 @@ inline std::int64_t prefill_wgmma_row_tiles(const std::int32_t* query_start_loc,
 /// `workspace` holds at least (num_seqs + 1) int32, 4-byte aligned. Arguments validated,
 /// supported (prefill_wgmma_supported) and aligned (prefill_mma_aligned); no allocation, no
 /// synchronisation. Errors: kUnsupported for a grid above 2^31 - 1 CTAs, kInternal for CUDA
-/// launch errors.
+/// launch errors. `warp_specialized`: the producer/consumer kernel (prefill_ws_*), else the
+/// first version (PlanOptions::wgmma_prefill_v1).
 Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t row_tiles,
-                         int min_query_len, void* workspace, Stream stream);
+                         int min_query_len, void* workspace, Stream stream,
+                         bool warp_specialized);
 
 }  // namespace pagedattn::cuda

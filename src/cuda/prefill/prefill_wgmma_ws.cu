@@ -1,0 +1,493 @@
+// The warp-specialised Hopper prefill kernel (prefill_wgmma.h, prefill_ws_*): the same rows,
+// tiles, swizzled layouts and softmax as prefill_wgmma.cu, with the roles split.
+//
+// CTA = 3 warpgroups. Warpgroup 0 is the producer: it lowers its register budget
+// (setmaxnreg) and gathers, tile after tile, the K and then the V rows of TOK tokens through the
+// block table into ring slots of shared memory with 16-byte cp.async; each thread's copies
+// complete on the slot's "full" mbarrier (cp.async.mbarrier.arrive.noinc: 128 arrivals). K and
+// V have separate rings, so a K slot is free once both consumers' S GEMMs read it and a V slot
+// once their PV GEMMs did ("empty" mbarriers, one arrival per consumer warp: 8).
+// Warpgroups 1 and 2 are the consumers (64 rows each, registers raised): per key tile j they
+// wait for K_j (and V_{j-1}), then, in turn with the other consumer (named barriers 1 and 2),
+// issue O += P_{j-1} V_{j-1} and S_j = Q K_j^T as one wgmma group, hand the turn over, wait
+// for the group, and compute the softmax of S_j while the other consumer's GEMMs run. A
+// final turn issues the last PV. Phases: slot s of use u (tile u * STAGES + s) completes full
+// phase u; the producer waits for empty phase u - 1 before refilling it.
+//
+// Visibility: the consumer that observed a full phase (acquire) orders the cp.async writes
+// before its wgmma reads with fence.proxy.async (generic -> async proxy).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "src/cuda/common/cache_index.h"
+#include "src/cuda/common/cuda_common.cuh"
+#include "src/cuda/common/mma_common.cuh"
+#include "src/cuda/prefill/prefill_wgmma.h"
+#include "src/cuda/prefill/prefill_wgmma_params.cuh"
+#include "src/cuda/prefill/wgmma_util.cuh"
+
+namespace pagedattn::cuda {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Producer / consumer register budgets (setmaxnreg; multiples of 8): 128 x 56 + 256 x 224
+// = 64512 of the SM's 65536.
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(std::uint32_t a, std::uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint32_t a) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(a)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint32_t a, std::uint32_t parity) {
+  std::uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One arrival on the barrier once every cp.async this thread issued so far has landed.
+__device__ __forceinline__ void cp_async_arrive_noinc(std::uint32_t a) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+#endif
+
+template <class T, int HEAD, int TOK, int STAGES>
+__global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int ROWS = kWgmmaRowsPerCta;
+  constexpr int CH = HEAD / 8;       // 16-byte chunks per row
+  constexpr int TILE = TOK * HEAD;   // elements of one K or V tile
+  constexpr int KSTEPS = HEAD / 16;  // k-steps of S = Q K^T
+  constexpr int PSTEPS = TOK / 16;   // k-steps of O += P V
+  static_assert(ROWS == 128 && kWsThreads == 384, "1 producer + 2 consumer warpgroups");
+  static_assert(TOK == 64 || TOK == 128, "key tiles: the N of one wgmma");
+  static_assert(CH <= 32 && 32 % CH == 0, "a warp copies whole rows");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  unsigned char* smem_al = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) & ~std::uintptr_t{1023});
+  T* sQ = reinterpret_cast<T*>(smem_al);
+  T* sK = sQ + ROWS * HEAD;
+  T* sV = sK + STAGES * TILE;
+  // mbarriers: full K, full V, empty K, empty V, STAGES each
+  std::uint64_t* bars = reinterpret_cast<std::uint64_t*>(sV + STAGES * TILE);
+  const std::uint32_t bar0 = smem_addr(bars);
+  auto full_k = [&](int s) { return bar0 + 8u * s; };
+  auto full_v = [&](int s) { return bar0 + 8u * (STAGES + s); };
+  auto empty_k = [&](int s) { return bar0 + 8u * (2 * STAGES + s); };
+  auto empty_v = [&](int s) { return bar0 + 8u * (3 * STAGES + s); };
+
+  // ---- which sequence and which 128 of its rows (heavy tiles, late in a sequence, first)
+  const int* ts = p.tile_start;
+  const int tile = static_cast<int>(gridDim.x - 1 - blockIdx.x);
+  if (tile >= ts[p.num_seqs]) return;  // uniform
+  const int s = tile_sequence(ts, p.num_seqs, tile);
+  const int g = blockIdx.y;
+  const int G = p.gqa;
+  const int q0 = p.qsl[s * p.qsl_stride];
+  const int ql = p.qsl[(s + 1) * p.qsl_stride] - q0;
+  const int len = p.seq_lens[s * p.sl_stride];
+  const std::int64_t row0 = static_cast<std::int64_t>(tile - ts[s]) * ROWS;
+  const std::int64_t nrows = static_cast<std::int64_t>(ql) * G;
+  if (row0 >= nrows) return;  // device metadata disagrees with the prefix sums (uniform)
+  const int tb = static_cast<int>(row0 / G);
+  const int rem = static_cast<int>(row0 - static_cast<std::int64_t>(tb) * G);
+  const int nvalid = nrows - row0 < ROWS ? static_cast<int>(nrows - row0) : ROWS;
+  const int pos_first = len - ql + tb;
+  const int pos_last = pos_first + (rem + nvalid - 1) / G;
+  const std::int64_t win_lo = std::int64_t{pos_first} - p.window + 1;
+  const int kv_lo = p.window > 0 && win_lo > 0 ? static_cast<int>(win_lo) : 0;
+  const int kv_hi = min(len, pos_last + 1);
+  const int start = kv_lo & ~(TOK - 1);
+  const int ntiles = kv_hi > kv_lo ? (kv_hi - start + TOK - 1) / TOK : 0;
+
+  const int tid = threadIdx.x, lane = tid & 31;
+  if (tid == 0) {
+    for (int st = 0; st < STAGES; ++st) {
+      mbar_init(full_k(st), 128);
+      mbar_init(full_v(st), 128);
+      mbar_init(empty_k(st), 8);
+      mbar_init(empty_v(st), 8);
+    }
+  }
+  __syncthreads();  // barriers initialised before anyone arrives or waits
+  if (tid < 128) {
+    // ================= producer =================
+    setmaxnreg_dec<kProducerRegs>();
+    constexpr int RPW = TOK / 4;   // tile rows per producer warp
+    constexpr int RPP = 32 / CH;   // rows per copy pass of a warp
+    constexpr int PASSES = RPW / RPP;
+    const int pw = tid >> 5;
+    const int* bt = p.block_table + static_cast<std::int64_t>(s) * p.bt_seq;
+    const int bs = p.block_size;
+    const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
+    const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
+    const int c = lane % CH;
+    for (int it = 0; it < ntiles; ++it) {
+      const int st = it % STAGES;
+      const int use = it / STAGES;
+      // Lane l < RPW resolves row pw * RPW + l of the tile: block id (-1 = zero-fill: outside
+      // [kv_lo, kv_hi), past the block-table row, or a block id outside the cache) and offset.
+      int blk = -1, off = 0;
+      if (lane < RPW) {
+        const int t = start + it * TOK + pw * RPW + lane;
+        if (t >= kv_lo && t < kv_hi) {
+          const int lb = t / bs;
+          const int b = lb < p.bt_width ? bt[static_cast<std::int64_t>(lb) * p.bt_blk] : -1;
+          if (b >= 0 && b < p.num_blocks) {
+            blk = b;
+            off = t - lb * bs;
+          }
+        }
+      }
+      auto copy = [&](const T* base, std::int64_t s_blk, std::int64_t s_tok, std::int64_t s_chunk,
+                      T* dst) {
+#pragma unroll 4
+        for (int k = 0; k < PASSES; ++k) {
+          const int rl = k * RPP + lane / CH;
+          const int b = __shfl_sync(0xffffffffu, blk, rl);
+          const int o = __shfl_sync(0xffffffffu, off, rl);
+          const T* src = b >= 0 ? base + static_cast<std::int64_t>(b) * s_blk +
+                                      static_cast<std::int64_t>(o) * s_tok +
+                                      static_cast<std::int64_t>(c) * s_chunk
+                                : base;
+          mma::cp_async16(smem_addr(dst + wgmma::tile_off(pw * RPW + rl, c, TOK)), src,
+                          b >= 0 ? 16 : 0);
+        }
+      };
+      const bool no_copy = (p.debug_flags & 4) != 0;
+      if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
+      if (!no_copy) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
+      if (no_copy) mbar_arrive(full_k(st)); else cp_async_arrive_noinc(full_k(st));
+      if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
+      if (!no_copy) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
+      if (no_copy) mbar_arrive(full_v(st)); else cp_async_arrive_noinc(full_v(st));
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // exit with nothing in flight
+    return;
+  }
+
+  // ================= consumers =================
+  setmaxnreg_inc<kConsumerRegs>();
+  const int cw = (tid >> 7) - 1;  // consumer 0 or 1
+  const int ctid = tid & 127;
+  const int wwarp = (tid >> 5) & 3;
+  const int wrow0 = cw * 64;  // first CTA row of the warpgroup
+
+  // The warpgroup's 64 query rows (zero past nvalid), visible to its async proxy.
+#pragma unroll
+  for (int k = 0; k < 64 * CH / 128; ++k) {
+    const int i = ctid + k * 128;
+    const int r = wrow0 + i / CH, cc = i % CH;
+    const bool ok = r < nvalid;
+    const T* src = static_cast<const T*>(p.q);
+    if (ok) {
+      const int rr = rem + r;
+      const int tok = q0 + tb + rr / G;
+      const int head = g * G + rr % G;
+      src += static_cast<std::int64_t>(tok) * p.q_tok + static_cast<std::int64_t>(head) * p.q_head +
+             cc * 8;
+    }
+    mma::cp_async16(smem_addr(sQ + wgmma::tile_off(r, cc, ROWS)), src, ok ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  named_sync(3 + cw, 128);
+
+  int qpos[2];
+  float slope[2], m_run[2], l_run[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wrow0 + wwarp * 16 + (lane >> 2) + h * 8;
+    const bool ok = r < nvalid;
+    const int head = g * G + (rem + r) % G;
+    // Rows past the sequence see nothing (all masked) and are never written.
+    qpos[h] = ok ? pos_first + (rem + r) / G : -1;
+    slope[h] = (ok && p.alibi != nullptr)
+                   ? p.alibi[static_cast<std::int64_t>(head) * p.alibi_stride] * kLog2e
+                   : 0.f;
+    // A sink is one more logit in the denominator (its exp counted once per row, by the
+    // quad's first thread). A sink of -inf is no sink.
+    const bool sink = ok && p.sinks != nullptr;
+    m_run[h] = sink ? p.sinks[static_cast<std::int64_t>(head) * p.sinks_stride] * kLog2e : -INFINITY;
+    l_run[h] = (sink && m_run[h] != -INFINITY && (lane & 3) == 0) ? 1.f : 0.f;
+  }
+  float o[HEAD / 2];
+#pragma unroll
+  for (int i = 0; i < HEAD / 2; ++i) o[i] = 0.f;
+  unsigned a[PSTEPS][4];  // P of the last softmaxed tile: the A operand of its PV GEMM
+  float sc[TOK / 2];
+
+  const std::uint32_t q_addr = smem_addr(sQ) + wrow0 * 128;
+  const std::uint32_t k_addr0 = smem_addr(sK);
+  const std::uint32_t v_addr0 = smem_addr(sV);
+  const int wg_last = min(wrow0 + 63, nvalid - 1);
+  const int wg_qlo = pos_first + (rem + wrow0) / G;
+  const int my_turn = 1 + cw, other_turn = 2 - cw;
+  // Head 256 without turns: its 2-stage rings leave the turn-taking waiting on loads (measured
+  // on an H200: 336 TFLOP/s without, 282 with, on 4 x 2048 chunks ending 8192).
+  const bool pingpong = HEAD < 256 && (p.debug_flags & 1) == 0;
+  auto turn_sync = [&]() {
+    if (pingpong) named_sync(my_turn, 256);
+  };
+  auto turn_arrive = [&](int id) {
+    if (pingpong) named_arrive(id, 256);
+  };
+
+  auto issue_s = [&](int st) {
+    const std::uint32_t k_addr = k_addr0 + st * (TILE * 2);
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      const std::uint32_t kb = (ks >> 2) * (TOK * 128) + (ks & 3) * 32;
+      const std::uint32_t qb = (ks >> 2) * (ROWS * 128) + (ks & 3) * 32;
+      wgmma::ss<T, TOK>(sc, wgmma::desc(q_addr + qb, 16, 1024), wgmma::desc(k_addr + kb, 16, 1024),
+                        ks > 0 ? 1 : 0);
+    }
+  };
+  auto issue_pv = [&](int st) {
+    const std::uint32_t v_addr = v_addr0 + st * (TILE * 2);
+#pragma unroll
+    for (int kk = 0; kk < PSTEPS; ++kk)
+      wgmma::rs<T, HEAD, 1>(o, a[kk], wgmma::desc(v_addr + kk * 2048, TOK * 128, 1024), 1);
+  };
+  // Softmax of the S accumulators of the tile at key t0 into a[] (MASK: causal / window per
+  // element; a tile no row of the warpgroup sees gives P = 0 and leaves the state alone).
+  auto softmax = [&](int t0, auto mask_tag) {
+    constexpr bool MASK = decltype(mask_tag)::value;
+    // Plain scores (no softcap, no ALiBi, scale > 0): the maximum of the raw scores, scaled
+    // once, and exp2(s * scale - base) as one FMA per element; otherwise the logits first.
+    const bool plain = p.softcap <= 0.f && p.alibi == nullptr && p.scale_log2 > 0.f;
+    float mx[2] = {-INFINITY, -INFINITY};
+    auto visible = [&](int i, int h) {
+      const int j = t0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+      return j <= qpos[h] && (p.window <= 0 || qpos[h] - j < p.window);
+    };
+    if (plain) {
+#pragma unroll
+      for (int i = 0; i < TOK / 2; ++i) {
+        const int h = (i >> 1) & 1;
+        if (MASK && !visible(i, h)) sc[i] = -INFINITY;
+        mx[h] = fmaxf(mx[h], sc[i]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) mx[h] *= p.scale_log2;  // -inf stays -inf
+    } else {
+#pragma unroll
+      for (int i = 0; i < TOK / 2; ++i) {
+        const int h = (i >> 1) & 1;
+        const int j = t0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+        float z = p.softcap > 0.f ? p.cap_log2 * tanhf(sc[i] * p.cap_arg) : sc[i] * p.scale_log2;
+        if (p.alibi != nullptr) z += slope[h] * static_cast<float>(j - qpos[h]);
+        if (MASK && !visible(i, h)) z = -INFINITY;
+        sc[i] = z;
+        mx[h] = fmaxf(mx[h], z);
+      }
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      corr[h] = m_new == -INFINITY ? 1.f : exp2f(m_run[h] - m_new);
+      m_run[h] = m_new;
+      base[h] = softmax_base(m_new);
+    }
+    const float mul = plain ? p.scale_log2 : 1.f;
+    float ps[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < TOK / 2; ++i) {
+      const int h = (i >> 1) & 1;
+      const float pv = exp2f(fmaf(sc[i], mul, -base[h]));
+      sc[i] = pv;
+      ps[h] += pv;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + ps[h];
+#pragma unroll
+    for (int i = 0; i < HEAD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
+#pragma unroll
+    for (int kk = 0; kk < PSTEPS; ++kk) {
+      a[kk][0] = mma::pack2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
+      a[kk][1] = mma::pack2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
+      a[kk][2] = mma::pack2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
+      a[kk][3] = mma::pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+  };
+  auto softmax_tile = [&](int it) {
+    if (p.debug_flags & 2) {  // diagnostics: the GEMMs and loads without the softmax
+#pragma unroll
+      for (int kk = 0; kk < PSTEPS; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[kk][e] = mma::pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+      return;
+    }
+    const int t0 = start + it * TOK;
+    // Warpgroup-uniform: no mask where every key of the tile is visible to every row.
+    const std::int64_t t_last = std::int64_t{t0} + TOK - 1;
+    const int wg_qhi = pos_first + (rem + max(wg_last, wrow0)) / G;
+    const bool full = wrow0 < nvalid && t_last <= wg_qlo &&
+                      (p.window <= 0 || std::int64_t{t0} >= std::int64_t{wg_qhi} - p.window + 1);
+    if (full)
+      softmax(t0, std::false_type{});
+    else
+      softmax(t0, std::true_type{});
+  };
+  // Release this warp's hold on a slot (one arrival per warp; the warpgroup's wgmma group
+  // that read it has completed).
+  auto release = [&](std::uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  if (ntiles > 0) {
+    if (cw == 1) turn_arrive(1);  // consumer 0 takes the first turn
+    // tile 0: S only
+    mbar_wait(full_k(0), 0);
+    wgmma::fence_proxy_async();
+    turn_sync();
+    wgmma::fence();
+    issue_s(0);
+    wgmma::commit();
+    turn_arrive(other_turn);
+    wgmma::wait<0>();
+    wgmma::fence_operand(sc);
+    release(empty_k(0));
+    softmax_tile(0);
+    for (int it = 1; it < ntiles; ++it) {
+      const int st = it % STAGES, pst = (it - 1) % STAGES;
+      mbar_wait(full_k(st), (it / STAGES) & 1);
+      mbar_wait(full_v(pst), ((it - 1) / STAGES) & 1);
+      wgmma::fence_proxy_async();
+      turn_sync();
+      wgmma::fence_operand(o);
+      wgmma::fence();
+      issue_pv(pst);
+      issue_s(st);
+      wgmma::commit();
+      turn_arrive(other_turn);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      wgmma::fence_operand(sc);
+      release(empty_k(st));
+      release(empty_v(pst));
+      softmax_tile(it);
+    }
+    // the last PV
+    const int pst = (ntiles - 1) % STAGES;
+    mbar_wait(full_v(pst), ((ntiles - 1) / STAGES) & 1);
+    wgmma::fence_proxy_async();
+    turn_sync();
+    wgmma::fence_operand(o);
+    wgmma::fence();
+    issue_pv(pst);
+    wgmma::commit();
+    if (cw == 0) turn_arrive(other_turn);  // consumer 1's last turn hands over nothing
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+    release(empty_v(pst));
+  }
+  if (wrow0 >= nvalid) return;
+
+  // ---- epilogue: normalise and store (4-byte stores of column pairs)
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    inv[h] = l_run[h] != 0.f ? 1.f / l_run[h] : NAN;  // l = 0: 0/0, NaN as in the oracle
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wrow0 + wwarp * 16 + (lane >> 2) + h * 8;
+    if (r >= nvalid) continue;
+    const int rr = rem + r;
+    const std::int64_t tok = q0 + tb + rr / G;
+    const std::int64_t head = g * G + rr % G;
+    T* dst = static_cast<T*>(p.out) + tok * p.o_tok + head * p.o_head + 2 * (lane & 3);
+#pragma unroll
+    for (int j = 0; j < HEAD / 8; ++j)
+      *reinterpret_cast<unsigned*>(dst + 8 * j) =
+          mma::pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+    if (p.lse != nullptr && (lane & 3) == 0)
+      p.lse[tok * p.l_tok + head * p.l_head] =
+          l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : NAN;
+  }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // built without sm_90a features: fail loudly, never return garbage
+#endif
+}
+
+template <class T, int HEAD>
+Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
+  constexpr int TOK = prefill_ws_tile_tokens(HEAD);
+  constexpr int STAGES = prefill_ws_stages(HEAD);
+  auto kernel = prefill_ws_kernel<T, HEAD, TOK, STAGES>;
+  const int smem = static_cast<int>(prefill_ws_smem_bytes(HEAD, TOK, STAGES));
+  // Per function and device, not a stream operation: legal during graph capture.
+  PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                 "prefill_wgmma_ws: cudaFuncSetAttribute");
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(num_kv_heads));
+  kernel<<<grid, kWsThreads, smem, stream>>>(p);
+  PA_CUDA_RETURN(cudaGetLastError(), "prefill_wgmma_ws: kernel launch");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64_t row_tiles,
+                         int num_kv_heads, void* stream) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  // Diagnostics only (see WgParams::debug_flags): read once per process.
+  static const int debug_flags = [] {
+    const char* e = std::getenv("PAGEDATTN_DEBUG_PREFILL_WS");
+    return e != nullptr ? std::atoi(e) & 7 : 0;
+  }();
+  WgParams p = params;
+  p.debug_flags = debug_flags;
+  if (head == 64)
+    return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
+                : launch<__half, 64>(p, row_tiles, num_kv_heads, st);
+  if (head == 128)
+    return bf16 ? launch<__nv_bfloat16, 128>(p, row_tiles, num_kv_heads, st)
+                : launch<__half, 128>(p, row_tiles, num_kv_heads, st);
+  if (head == 256)
+    return bf16 ? launch<__nv_bfloat16, 256>(p, row_tiles, num_kv_heads, st)
+                : launch<__half, 256>(p, row_tiles, num_kv_heads, st);
+  return Status(StatusCode::kInternal, "prefill_wgmma_ws: head_size " + std::to_string(head));
+}
+
+}  // namespace pagedattn::cuda
