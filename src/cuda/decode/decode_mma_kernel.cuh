@@ -85,7 +85,8 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 //    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
 //    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
-__global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
+__global__ void __launch_bounds__(kDecodeThreads,
+                                  decode_mma_bound_ctas(HEAD, NT, KV != kKvSame, STAGES))
     decode_mma_kernel(const DecodeParams p) {
   static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
   constexpr bool F8 = KV != kKvSame;

@@ -142,13 +142,12 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 }
 
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
-          class TO = T>
+          class TO = T, int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1);
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
   const int smem = static_cast<int>(
-      decode_mma_smem_bytes(HEAD, KV == kKvSame ? 2 : 1) +
+      decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES) +
       (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
@@ -210,7 +209,8 @@ Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& g
 }
 
 /// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
-/// output dtype.
+/// output dtype; the stages of decode_mma_stages (8 columns: also the untuned ones under
+/// PAGEDATTN_DECODE_FP8_TUNING=0, decode_mma_fp8_tuned).
 template <int HEAD, int KV, class TO>
 Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                          cudaStream_t stream) {
@@ -219,11 +219,16 @@ Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGri
     return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   } else {
     const bool wide = p.gqa > 8;
-    if (layout == KVLayout::kSplit)
-      return wide ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
-                  : launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
-    return wide ? launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream)
-                : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+    const bool split = layout == KVLayout::kSplit;
+    if (wide)
+      return split ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
+                   : launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream);
+    constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
+    if (!decode_mma_fp8_tuned())
+      return split ? launch<__half, HEAD, true, 1, false, KV, TO, kOld>(p, gr, stream)
+                   : launch<__half, HEAD, false, 1, false, KV, TO, kOld>(p, gr, stream);
+    return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
+                 : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   }
 }
 

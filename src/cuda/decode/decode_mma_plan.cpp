@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "src/cuda/common/mma_args.h"
@@ -24,6 +25,14 @@ constexpr int kShortChunkTokens = 512;
 constexpr int kLongChunkTokens = 2048;
 
 }  // namespace
+
+bool decode_mma_fp8_tuned() {
+  static const bool tuned = [] {
+    const char* e = std::getenv("PAGEDATTN_DECODE_FP8_TUNING");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return tuned;
+}
 
 bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
   if (pr.batch.num_prefill_seqs > 0) {
@@ -87,9 +96,10 @@ bool decode_mma_aligned(const AttentionArgs& args) {
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
                               std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes,
                               int kv_bytes) {
-  const std::int64_t smem = decode_mma_smem_bytes(head_size, kv_bytes) + extra_smem_bytes;
+  const std::int64_t smem = decode_mma_smem_bytes(head_size, kv_bytes, gqa) + extra_smem_bytes;
   const std::int64_t per_sm = std::clamp<std::int64_t>(
-      (max_smem_per_block + 1024) / (smem + 1024), 1, decode_mma_reg_ctas(head_size, gqa));
+      (max_smem_per_block + 1024) / (smem + 1024), 1,
+      decode_mma_sm_ctas(head_size, gqa, kv_bytes, kv_bytes != 1 || decode_mma_fp8_tuned()));
   return std::max<std::int64_t>(1, num_units) * per_sm;
 }
 
@@ -222,7 +232,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
   // than by a device query per run.
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
   const int kvb = decode_mma_kv_bytes(pr);
-  const std::int64_t base = decode_mma_smem_bytes(pr.head_size, kvb);
+  const std::int64_t base = decode_mma_smem_bytes(pr.head_size, kvb, pr.gqa_ratio());
   const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
   const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
   c.smem_limit = clusters ? with_rx : base;
