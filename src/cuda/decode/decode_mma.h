@@ -161,6 +161,12 @@ constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
 /// SM although 2 ran.
 bool decode_mma_fp8_tuned();
 
+/// Whether the merge kernel's CTAs with nothing to merge return without waiting for the split
+/// kernel (decode_mma_launch.cuh, decode_merge_kernel; the default), or wait as before when
+/// the environment sets PAGEDATTN_DECODE_MERGE_EARLY_EXIT=0 (read once per process; an A/B
+/// knob for one benchmark run).
+bool decode_merge_early_exit();
+
 /// Stages of the pipeline for head `head_size`, `kv_bytes`-byte cache elements and a GQA
 /// group of `gqa` (the MMA columns: <= 8 or 9-16). kDecodeStages for 16-bit caches. fp8 rows
 /// are half the bytes of 16-bit ones, so a 64-token tile moves half the bytes for the same

@@ -52,8 +52,16 @@ constexpr int kMergeThreads = 256;
 /// metadata loads go out together first: two round trips in all, where one thread per head dim
 /// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
 /// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
+/// `early_exit` (decode_merge_early_exit): the CTAs of sequences with nothing to merge (one
+/// split, or not a decode row) return at once instead of waiting for the split kernel; CTA
+/// (0, 0) always waits, which is enough to keep the merge grid from completing before the
+/// split grid. In a skewed batch (255 short sequences, one long: 8192 merge CTAs of which 32
+/// merge) the waiting CTAs held the SMs' CTA slots after the split kernel ended and were
+/// launched and retired wave after wave on the critical path; returning early, they run
+/// while the split kernel's last CTAs do.
 template <class T, int HEAD>
-__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kMergeThreads)
+    decode_merge_kernel(const DecodeParams p, int early_exit) {
   constexpr int V = HEAD / 4;                // threads per output row
   constexpr int GMAX = kMergeThreads / V;    // split groups at most
   constexpr int U = 8;                       // splits per thread per batch
@@ -65,13 +73,16 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int q0 = p.qsl[s * p.qsl_stride];
   const int q1 = p.qsl[(s + 1) * p.qsl_stride];
   const int len = p.seq_lens[s * p.sl_stride];
-  // Every CTA waits, also those that have nothing to merge: a grid launched as a programmatic
-  // dependent may otherwise complete before its prerequisite, and the stream's next operation
-  // would then start while the split kernel still writes outputs.
-  griddep_wait();
-  if (q1 - q0 != 1) return;
+  // CTA (0, 0) waits even when it has nothing to merge (without early_exit, every CTA does):
+  // a grid launched as a programmatic dependent may otherwise complete before its
+  // prerequisite, and the stream's next operation would then start while the split kernel
+  // still writes outputs.
   const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
-  if (nsplit <= 1) return;  // the split kernel wrote the output itself
+  // Nothing to merge: one split (the split kernel wrote the output itself) or not a decode row.
+  const bool idle = q1 - q0 != 1 || nsplit <= 1;
+  if (idle && early_exit && (blockIdx.x | blockIdx.y) != 0) return;
+  griddep_wait();
+  if (idle) return;
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i0 = g; i0 < nsplit; i0 += G * U) {
@@ -180,14 +191,15 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     // Also inside a stream capture: the graph then holds a programmatic edge from the split
     // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
     cfg.numAttrs = gr.dependent_launch ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+    const int early = decode_merge_early_exit() ? 1 : 0;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
       // A driver that refuses the attribute: the plain launch is correct too (the kernel's
       // griddepcontrol.wait is then a no-op).
       (void)cudaGetLastError();
       cfg.numAttrs = 0;
-      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
     }
     PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }

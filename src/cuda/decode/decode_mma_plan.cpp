@@ -34,6 +34,14 @@ bool decode_mma_fp8_tuned() {
   return tuned;
 }
 
+bool decode_merge_early_exit() {
+  static const bool early = [] {
+    const char* e = std::getenv("PAGEDATTN_DECODE_MERGE_EARLY_EXIT");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return early;
+}
+
 bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
   if (pr.batch.num_prefill_seqs > 0) {
     if (why_not) *why_not = "the batch has prefill chunks";
