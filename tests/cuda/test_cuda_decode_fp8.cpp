@@ -226,13 +226,13 @@ std::vector<CaseConfig> skew_cases() {
     int head, shorts, long_len;
     bool long_first;
   };
-  // W6 (1 x 32768 + 63 x 512) with the long sequence first, and 255 x 512 + 1 x 131072 with
-  // it last (the latter only where its 0.5 GB fp8 cache keeps the suite short).
+  // W6 (1 x 32768 + 63 x 512) with the long sequence first or last, and 255 x 512 + 1 x
+  // 131072 with it last (once: its 0.5 GB fp8 cache and 4 GFLOP oracle take seconds).
   const Skew skews[] = {
       {DType::kFloat8E4M3, KVLayout::kNHD, 128, 63, 32768, true},
       {DType::kFloat8E4M3, KVLayout::kNHD, 128, 255, 131072, false},
       {DType::kFloat8E5M2, KVLayout::kSplit, 128, 63, 32768, false},
-      {DType::kFloat8E4M3, KVLayout::kSplit, 64, 255, 131072, false},
+      {DType::kFloat8E4M3, KVLayout::kSplit, 64, 63, 32768, false},
       {DType::kFloat8E5M2, KVLayout::kNHD, 64, 63, 32768, true},
       {DType::kFloat8E4M3, KVLayout::kNHD, 256, 63, 32768, true},
       {DType::kFloat8E5M2, KVLayout::kSplit, 256, 63, 32768, false},
