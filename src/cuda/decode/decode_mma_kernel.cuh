@@ -63,7 +63,8 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 // Two CTAs per SM (head 128) / four (head 64; three for 16 query columns): shared memory
 // allows no more, so the register budget may grow to 255 / 128 (170) per thread (see
 // decode_mma_reg_ctas); addresses are then kept in registers instead of being recomputed per
-// tile.
+// tile. fp8 head 128 with 8 columns runs three in 4 stages (168 registers at most;
+// decode_mma_bound_ctas, decode_mma_stages).
 // PAIR (decode_mma_pairs_heads): HEAD is 128 and each "KV head" g of the grid is the pair of
 // head-64 KV heads 2g, 2g + 1; p.gqa is twice the real group, columns r < p.gqa / 2 belong to
 // KV head 2g (Q in dims 0-63) and the others to 2g + 1 (Q in dims 64-127). The output,
