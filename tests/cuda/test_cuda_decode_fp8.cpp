@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "src/cuda/decode/decode_mma.h"
 #include "src/testing/harness.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -281,6 +282,30 @@ TEST_P(CudaDecodeFp8Skew, LongSequenceSplitWhereverItSits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Skew, CudaDecodeFp8Skew, ::testing::ValuesIn(skew_cases()), param_name);
+
+/// The plan cuts batches for decode_mma_slots CTAs per SM; the device must run exactly that
+/// many of the instance decode_mma_run launches (registers as ptxas built it, shared memory).
+/// The fp8 head-128 instance once ran 3 where the plan counted 2, and fp8 head 256 ran 2
+/// where it counted 1 (issue 21).
+TEST(CudaDecodeOccupancy, DeviceRunsTheCtasPerSmThePlanCounts) {
+  PA_SKIP_WITHOUT_GPU();
+  auto info = query_device(Device::cuda(0));
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  for (DType kv : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (int head : {64, 128, 256})
+      for (int gqa : {4, 16})
+        for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit}) {
+          if (head == 256 && gqa > 8) continue;
+          const DType q = kv == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+          const int kvb = is_fp8(kv) ? 1 : 2;
+          const int hw = cuda::decode_mma_device_ctas_per_sm(head, gqa, q, kv, layout);
+          const std::int64_t planned =
+              cuda::decode_mma_slots(head, gqa, 1, info->max_shared_memory_per_block, 0, kvb);
+          EXPECT_GT(hw, 0);
+          EXPECT_EQ(hw, planned) << to_string(kv) << " head " << head << " GQA " << gqa << " "
+                                 << to_string(layout);
+        }
+}
 
 /// Device scales: per tensor ([1]) or per KV head ([num_kv_heads]).
 struct ScaleCase {

@@ -368,6 +368,16 @@ inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const Devic
                            options.batch_invariant);
 }
 
+/// CTAs per SM that the current CUDA device runs of the split-kernel instance decode_mma_run
+/// launches for an unpaired call with head `head_size` (64, 128, 256), GQA group `gqa`, query
+/// dtype `q` (fp16/bf16), cache dtype `kv` (the query's or fp8) and `layout`, without the
+/// cluster merge's buffer (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers and shared
+/// memory as ptxas built it). decode_mma_slots must count exactly this many per SM on that
+/// device, or the plan cuts batches for slots the device does not have (or leaves slots idle):
+/// the GPU tests compare the two. 0 for another head size or when a query fails. CUDA builds
+/// only.
+int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout);
+
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);
 

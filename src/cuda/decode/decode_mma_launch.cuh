@@ -33,6 +33,8 @@ struct DecodeGrid {
 /// Errors: kInternal when a launch fails.
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
                        const DecodeGrid& gr, cudaStream_t stream);
+/// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu).
+int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout);
 
 }  // namespace decode
 
@@ -242,6 +244,27 @@ Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGri
     return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
                  : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   }
+}
+
+/// CTAs per SM the current device runs of one split-kernel instance (unpaired, no cluster
+/// receive buffer), from the occupancy calculator: what decode_mma_slots must count per SM
+/// (decode_mma_device_ctas_per_sm). 0 when a query fails. Sets the kernel's shared-memory
+/// attribute, which every launch sets again to its plan's limit.
+template <class T, int HEAD, bool SPLIT, int NT, int KV = kKvSame,
+          int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
+int instance_ctas_per_sm() {
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, false, KV>;
+  const int smem =
+      static_cast<int>(decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES));
+  int n = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeThreads, smem) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 template <int HEAD>
