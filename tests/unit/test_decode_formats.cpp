@@ -183,8 +183,8 @@ TEST(DecodeMmaSplits, Fp8StagesAndCtasPerSmFollowTheHalfSizeRows) {
   EXPECT_EQ(decode_mma_smem_bytes(128, 1, 16), 6 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
   EXPECT_EQ(decode_mma_bound_ctas(128, 2, true, 6), 2);
   EXPECT_EQ(decode_mma_slots(128, 16, kH200Units, kH200Smem, 0, 1), 2 * kH200Units);
-  // Head 64: 6 stages (8 columns), the same 4 / 3 CTAs per SM as 16-bit head 64.
-  EXPECT_EQ(decode_mma_smem_bytes(64, 1, 8), 6 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
+  // Head 64: 3 stages, the same 4 / 3 CTAs per SM as 16-bit head 64.
+  EXPECT_EQ(decode_mma_smem_bytes(64, 1, 8), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
   EXPECT_EQ(decode_mma_smem_bytes(64, 1, 16), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
   for (int gqa : {1, 4, 8, 16})
     EXPECT_EQ(decode_mma_slots(64, gqa, kH200Units, kH200Smem, 0, 1),
@@ -210,13 +210,27 @@ TEST(DecodeMmaSplits, Fp8StagesAndCtasPerSmFollowTheHalfSizeRows) {
         EXPECT_LE(per_sm, decode_mma_sm_ctas(head, gqa, kvb));
       }
     }
-  // W1 with an fp8 cache: 512 (sequence, KV head) CTAs over 396 slots cut in 2 splits (1024
-  // CTAs, 2.6 waves), where 1 split would run 1.3 waves.
+  // W1 with an fp8 cache: the 3-CTA slots (396) would cut it in 2 splits, the 2-CTA ones in
+  // 1: the plan takes the previous instance (measured faster). 256 x 1022 keeps 1 split at 3
+  // CTAs per SM, and a skewed batch (a work-list call) takes the 3-CTA cut.
   ProblemDesc f8 = decode_problem(std::vector<int>(64, 4096), 32, 8, 128);
   f8.cache_dtype = DType::kFloat8E4M3;
   const DecodeMmaConfig b = decode_mma_config(f8, synthetic_h200(), 0);
-  EXPECT_EQ(b.num_splits, 2);
-  EXPECT_EQ(b.chunk_tokens, 2048);
+  EXPECT_EQ(b.num_splits, 1);
+  EXPECT_TRUE(b.fp8_untuned);
+  EXPECT_EQ(b.smem_limit, decode_mma_smem_bytes(128, 1, 4, false) + decode_cluster_rx_max_bytes(128));
+  ProblemDesc even = decode_problem(std::vector<int>(256, 1022), 32, 8, 128);
+  even.cache_dtype = DType::kFloat8E4M3;
+  const DecodeMmaConfig e = decode_mma_config(even, synthetic_h200(), 0);
+  EXPECT_EQ(e.num_splits, 1);
+  EXPECT_FALSE(e.fp8_untuned);
+  std::vector<int> lens(255, 512);
+  lens.push_back(131072);
+  ProblemDesc skew = decode_problem(lens, 32, 8, 128);
+  skew.cache_dtype = DType::kFloat8E4M3;
+  const DecodeMmaConfig k = decode_mma_config(skew, synthetic_h200(), 0);
+  EXPECT_FALSE(k.fp8_untuned);
+  EXPECT_EQ(k.num_splits, 50);
 }
 
 TEST(MmaCopyAlignment, Fp8CachesNeedStridesOf16Elements) {

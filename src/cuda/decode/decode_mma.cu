@@ -107,7 +107,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   decode::DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit),
-                config.dependent_launch, config.batch_invariant};
+                config.dependent_launch, config.batch_invariant, config.fp8_untuned};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all

@@ -180,15 +180,14 @@ bool decode_merge_early_exit();
 ///    registers and 54 KB let 3 CTAs share an SM while the plan counted 2 (W1's 512 CTAs ran
 ///    as 396 plus a tail of 116, at 70%). 16 columns keep 6 stages at 2 CTAs (the register
 ///    budget of 3 CTAs, 168, would spill their accumulators);
-///  - head 64, GQA <= 8: 6 stages (4 CTAs per SM, registers): 4 x 5 tiles of 8 KB in flight,
-///    the bytes of the 16-bit head-64 kernel's 3 stages (3 stages left 64 KB in flight per SM:
-///    W1 at 66% nhd, 84% split);
+///  - head 64: 3 stages (4 CTAs per SM, registers). 6 stages (the bytes in flight of the
+///    16-bit kernel) measured slower on every even row (H200, W1 split 72.1 against 69.6 us,
+///    64 x 1016 34.3 against 31.0);
 ///  - head 256: 3 stages (2 CTAs per SM: 104 KB each).
 /// `tuned` = false gives the previous choice (decode_mma_fp8_tuned).
 constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool tuned = true) {
   if (kv_bytes != 1) return kDecodeStages;
   if (head_size == 128) return tuned && gqa <= 8 ? 4 : 6;
-  if (head_size == 64) return tuned && gqa <= 8 ? 6 : kDecodeStages;
   return kDecodeStages;
 }
 
@@ -224,10 +223,10 @@ constexpr std::int64_t decode_mma_smem_bytes_for(int head_size, int kv_bytes, in
 
 /// decode_mma_smem_bytes_for with the stages the plan and the launcher use for a GQA group of
 /// `gqa` (decode_mma_stages under decode_mma_fp8_tuned).
-inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2, int gqa = 1) {
-  return decode_mma_smem_bytes_for(
-      head_size, kv_bytes,
-      decode_mma_stages(head_size, kv_bytes, gqa, kv_bytes != 1 || decode_mma_fp8_tuned()));
+inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2, int gqa = 1,
+                                          bool tuned = decode_mma_fp8_tuned()) {
+  return decode_mma_smem_bytes_for(head_size, kv_bytes,
+                                   decode_mma_stages(head_size, kv_bytes, gqa, kv_bytes != 1 || tuned));
 }
 
 /// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,
@@ -280,7 +279,7 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 /// merge's receive buffer).
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
                               std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes = 0,
-                              int kv_bytes = 2);
+                              int kv_bytes = 2, bool tuned = decode_mma_fp8_tuned());
 
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {
@@ -320,6 +319,15 @@ struct DecodeMmaConfig {
   /// of split groups (not one that follows the batch's longest sequence), so a sequence's bits
   /// do not depend on the batch.
   bool batch_invariant = false;
+  /// fp8 only: the call runs the previous fp8 instances (decode_mma_stages with tuned =
+  /// false: head 128 in 6 stages at 2 CTAs per SM), and the cut above was made for their
+  /// slots. Chosen for fp8 head 128 (8 columns) when the 3-CTA cut would need more splits and
+  /// is not a work-list call: W1 (64 x 4096) ran 139.1 us in 1 split at 2 CTAs per SM against
+  /// 146.7 in the 2 splits the 3-CTA slots call for (H200, 2026-12-02), while batches that
+  /// keep their split count (256 x 1022: 164.9 -> 146.6 us) or are skewed (255 x 512 + 1 x
+  /// 131072: 213.2 -> 177.2) gain from 3 CTAs per SM. Also set for every fp8 call under
+  /// PAGEDATTN_DECODE_FP8_TUNING=0.
+  bool fp8_untuned = false;
 };
 
 /// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: where the head

@@ -26,6 +26,8 @@ struct DecodeGrid {
   // Batch-invariant plans: the merge kernel's split groups are fixed (the most a CTA holds),
   // so the order in which a sequence's splits are folded does not follow the batch.
   bool invariant;
+  // fp8: the previous instances (DecodeMmaConfig::fp8_untuned).
+  bool fp8_untuned;
 };
 
 /// Launch the fp8-cache kernels (decode_mma_fp8.cu) for head `head` (64, 128 or 256), cache
@@ -223,8 +225,8 @@ Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& g
 }
 
 /// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
-/// output dtype; the stages of decode_mma_stages (8 columns: also the untuned ones under
-/// PAGEDATTN_DECODE_FP8_TUNING=0, decode_mma_fp8_tuned).
+/// output dtype; the stages of decode_mma_stages (8 columns: the untuned ones where the plan
+/// chose them, DecodeMmaConfig::fp8_untuned).
 template <int HEAD, int KV, class TO>
 Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                          cudaStream_t stream) {
@@ -238,7 +240,7 @@ Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGri
       return split ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
                    : launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream);
     constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
-    if (!decode_mma_fp8_tuned())
+    if (gr.fp8_untuned)
       return split ? launch<__half, HEAD, true, 1, false, KV, TO, kOld>(p, gr, stream)
                    : launch<__half, HEAD, false, 1, false, KV, TO, kOld>(p, gr, stream);
     return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
