@@ -119,6 +119,11 @@ const InvCase kCases[] = {
     {"e4m3_h128", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 128, 32, 8, 4100},
     {"e5m2_h128_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat8E5M2, 128, 32, 8, 1500},
     {"bf16_h256", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 256, 8, 2, 2500},
+    // The fp8 instances of issue 21's tuning: head 64 in 6 stages, head 128 with 16 columns
+    // (6 stages, 2 CTAs per SM), head 256 (planned at 2 CTAs per SM).
+    {"e4m3_h64_split", KVLayout::kSplit, DType::kBFloat16, DType::kFloat8E4M3, 64, 32, 8, 2600},
+    {"e5m2_h128_gqa16", KVLayout::kNHD, DType::kFloat16, DType::kFloat8E5M2, 128, 32, 2, 3300},
+    {"e4m3_h256", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 256, 16, 2, 5000},
 };
 
 INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeBatchInvariant, ::testing::ValuesIn(kCases),

@@ -107,11 +107,12 @@ TEST(DecodeMmaSupport, Head256WithGqaUpTo8) {
                                           : "head_size 256 with a GQA ratio above 8");
         continue;
       }
-      // One CTA per SM (shared memory and launch bounds agree), never the small-call kernel,
-      // the cluster buffer within the device's shared memory.
+      // One CTA per SM for 16-bit caches (192 KB of stages), two for fp8 (the registers of
+      // 2 x 128 threads at up to 255 each fit an SM), never the small-call kernel, the
+      // cluster buffer within the device's shared memory.
       EXPECT_EQ(decode_mma_slots(256, 32 / kv_heads, kH200Units, kH200Smem, 0,
                                  decode_mma_kv_bytes(p)),
-                kH200Units);
+                (is_fp8(kv) ? 2 : 1) * kH200Units);
       for (int len : {1, 100, 700, 4096, 131072}) {
         ProblemDesc one = p;
         one.batch = decode_problem({len}, 32, kv_heads, 256).batch;
@@ -170,25 +171,66 @@ TEST(DecodeMmaSplits, BatchInvariantCutIsFixedInTokens) {
   EXPECT_FALSE(one.cluster_merge);
 }
 
-TEST(DecodeMmaSplits, Fp8TilesHalveTheStagedBytesAndKeepTheCut) {
-  // fp8 head 128: 6 stages, the bytes of the 16-bit kernel's 3, 2 CTAs per SM.
-  EXPECT_EQ(decode_mma_smem_bytes(128, 1), 6 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
-  EXPECT_EQ((kH200Smem + 1024) / (decode_mma_smem_bytes(128, 1) + 1024), 2);
-  EXPECT_EQ(decode_mma_smem_bytes(64, 1), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
-  EXPECT_EQ(decode_mma_smem_bytes(128), decode_mma_smem_bytes(128, 2));
-  // The register bound, not shared memory, limits the CTAs per SM: the same slots as bf16,
-  // hence the same split choice for W1.
-  for (int head : {64, 128})
-    for (int gqa : {1, 4, 8, 16})
-      EXPECT_EQ(decode_mma_slots(head, gqa, kH200Units, kH200Smem, 0, 1),
-                decode_mma_slots(head, gqa, kH200Units, kH200Smem));
-  ProblemDesc bf = decode_problem(std::vector<int>(64, 4096), 32, 8, 128);
-  ProblemDesc f8 = bf;
+TEST(DecodeMmaSplits, Fp8StagesAndCtasPerSmFollowTheHalfSizeRows) {
+  // fp8 head 128, 8 columns: 4 stages, 3 CTAs per SM (launch bound 3, 70 KB each).
+  EXPECT_EQ(decode_mma_stages(128, 1, 4), 4);
+  EXPECT_EQ(decode_mma_smem_bytes(128, 1, 4), 4 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
+  EXPECT_EQ((kH200Smem + 1024) / (decode_mma_smem_bytes(128, 1, 4) + 1024), 3);
+  EXPECT_EQ(decode_mma_bound_ctas(128, 1, true, 4), 3);
+  EXPECT_EQ(decode_mma_slots(128, 4, kH200Units, kH200Smem, 0, 1), 3 * kH200Units);
+  // 16 columns: 6 stages at 2 CTAs per SM (the accumulators of 16 columns need the registers).
+  EXPECT_EQ(decode_mma_stages(128, 1, 16), 6);
+  EXPECT_EQ(decode_mma_smem_bytes(128, 1, 16), 6 * 2 * 64 * 128 + 16 * 128 * 2 + 256);
+  EXPECT_EQ(decode_mma_bound_ctas(128, 2, true, 6), 2);
+  EXPECT_EQ(decode_mma_slots(128, 16, kH200Units, kH200Smem, 0, 1), 2 * kH200Units);
+  // Head 64: 3 stages, the same 4 / 3 CTAs per SM as 16-bit head 64.
+  EXPECT_EQ(decode_mma_smem_bytes(64, 1, 8), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
+  EXPECT_EQ(decode_mma_smem_bytes(64, 1, 16), 3 * 2 * 64 * 64 + 16 * 64 * 2 + 256);
+  for (int gqa : {1, 4, 8, 16})
+    EXPECT_EQ(decode_mma_slots(64, gqa, kH200Units, kH200Smem, 0, 1),
+              decode_mma_slots(64, gqa, kH200Units, kH200Smem));
+  // 16-bit caches keep their stages and slots.
+  EXPECT_EQ(decode_mma_smem_bytes(128), decode_mma_smem_bytes(128, 2, 16));
+  EXPECT_EQ(decode_mma_stages(128, 2, 4), kDecodeStages);
+  EXPECT_EQ(decode_mma_slots(128, 4, kH200Units, kH200Smem), 2 * kH200Units);
+  // The previous tuning (PAGEDATTN_DECODE_FP8_TUNING=0): 6 / 3 stages, 2 / 4 CTAs per SM,
+  // head 256 counted at 1.
+  EXPECT_EQ(decode_mma_stages(128, 1, 4, false), 6);
+  EXPECT_EQ(decode_mma_stages(64, 1, 4, false), 3);
+  EXPECT_EQ(decode_mma_sm_ctas(128, 4, 1, false), 2);
+  EXPECT_EQ(decode_mma_sm_ctas(256, 4, 1, false), 1);
+  // Every instance's shared memory fits the CTAs per SM it is planned at.
+  for (int head : {64, 128, 256})
+    for (int gqa : {1, 4, 8, 16}) {
+      if (head == 256 && gqa > 8) continue;
+      for (int kvb : {1, 2}) {
+        const std::int64_t per_sm = decode_mma_slots(head, gqa, 1, kH200Smem, 0, kvb);
+        EXPECT_LE(per_sm * (decode_mma_smem_bytes(head, kvb, gqa) + 1024), kH200Smem + 1024)
+            << head << " " << gqa << " " << kvb;
+        EXPECT_LE(per_sm, decode_mma_sm_ctas(head, gqa, kvb));
+      }
+    }
+  // W1 with an fp8 cache: the 3-CTA slots (396) would cut it in 2 splits, the 2-CTA ones in
+  // 1: the plan takes the previous instance (measured faster). 256 x 1022 keeps 1 split at 3
+  // CTAs per SM, and a skewed batch (a work-list call) takes the 3-CTA cut.
+  ProblemDesc f8 = decode_problem(std::vector<int>(64, 4096), 32, 8, 128);
   f8.cache_dtype = DType::kFloat8E4M3;
-  const DecodeMmaConfig a = decode_mma_config(bf, synthetic_h200(), 0);
   const DecodeMmaConfig b = decode_mma_config(f8, synthetic_h200(), 0);
-  EXPECT_EQ(a.chunk_tokens, b.chunk_tokens);
-  EXPECT_EQ(a.num_splits, b.num_splits);
+  EXPECT_EQ(b.num_splits, 1);
+  EXPECT_TRUE(b.fp8_untuned);
+  EXPECT_EQ(b.smem_limit, decode_mma_smem_bytes(128, 1, 4, false) + decode_cluster_rx_max_bytes(128));
+  ProblemDesc even = decode_problem(std::vector<int>(256, 1022), 32, 8, 128);
+  even.cache_dtype = DType::kFloat8E4M3;
+  const DecodeMmaConfig e = decode_mma_config(even, synthetic_h200(), 0);
+  EXPECT_EQ(e.num_splits, 1);
+  EXPECT_FALSE(e.fp8_untuned);
+  std::vector<int> lens(255, 512);
+  lens.push_back(131072);
+  ProblemDesc skew = decode_problem(lens, 32, 8, 128);
+  skew.cache_dtype = DType::kFloat8E4M3;
+  const DecodeMmaConfig k = decode_mma_config(skew, synthetic_h200(), 0);
+  EXPECT_FALSE(k.fp8_untuned);
+  EXPECT_EQ(k.num_splits, 50);
 }
 
 TEST(MmaCopyAlignment, Fp8CachesNeedStridesOf16Elements) {

@@ -76,7 +76,8 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
         pc.shared_memory_bytes =
             plan->decode.pair_heads
                 ? decode_mma_smem_bytes(128)
-                : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
+                : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem),
+                                        problem.gqa_ratio(), !plan->decode.fp8_untuned);
         pc.reason += std::string(plan->decode.pair_heads
                                      ? "; KV heads paired after all (the cache's head stride is "
                                        "64; the two query groups side by side in the 8 columns)"

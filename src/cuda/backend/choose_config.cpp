@@ -16,7 +16,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                                    const PlanOptions& options) {
   std::string why_not;
   const std::int64_t smem =
-      decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem));
+      decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem), problem.gqa_ratio());
   bool fast = decode_mma_supported(problem, &why_not);
   if (fast && smem > device_info.max_shared_memory_per_block) {
     fast = false;
@@ -34,9 +34,35 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options);
     const int chunk = cut.chunk_tokens;
     c.num_splits = cut.num_splits;
-    c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
+    c.shared_memory_bytes =
+        cut.pair_heads ? decode_mma_smem_bytes(128)
+                       : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem),
+                                               problem.gqa_ratio(), !cut.fp8_untuned);
     c.threads_per_block = kDecodeThreads;
     const bool fp8 = decode_mma_kv_bytes(problem) == 1;
+    const int kvb = decode_mma_kv_bytes(problem);
+    const bool tuned = !fp8 || !cut.fp8_untuned;
+    const int head_run = cut.pair_heads ? 128 : problem.head_size;
+    const int gqa_run = cut.pair_heads ? 2 * problem.gqa_ratio() : problem.gqa_ratio();
+    const int stages = decode_mma_stages(head_run, kvb, gqa_run, tuned);
+    // The CTAs per SM the cut was made for (decode_mma_slots: registers and shared memory).
+    const std::int64_t per_sm = decode_mma_slots(
+        head_run, gqa_run, 1, device_info.max_shared_memory_per_block, 0, kvb, tuned);
+    // Why the fp8 instance has other stages than the 16-bit one (decode_mma_stages).
+    const std::string fp8_tiling =
+        !tuned && !decode_mma_fp8_tuned() ? " (fp8 tuning off: PAGEDATTN_DECODE_FP8_TUNING=0)"
+        : !tuned
+            ? " (fp8 rows are half the bytes: twice the stages keep the bytes of the 16-bit "
+              "kernel in flight; at 3 CTAs per SM with 4 stages this batch would need more "
+              "splits, whose merge and shorter CTAs cost more than the third CTA gains)"
+        : problem.head_size == 128 && gqa_run <= 8
+            ? " (fp8 rows are half the bytes: more CTAs per SM with fewer stages keep as many "
+              "tiles in flight and hide each tile's dequantisation and MMA latency with more "
+              "warps)"
+        : problem.head_size == 128
+            ? " (fp8 rows are half the bytes: twice the stages keep the bytes of the 16-bit "
+              "kernel in flight; 16 columns need the registers of 2 CTAs per SM)"
+            : "";
     c.reason = "decode fast path: all rows are decodes, " +
                (fp8 ? std::string(to_string(problem.cache_dtype)) + " cache (" +
                           to_string(problem.q_dtype) +
@@ -56,9 +82,11 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                      : "KV heads not paired (paired, the call would take the small-call kernel, "
                        "which has no paired form, or the device lacks shared memory for the "
                        "head-128 stages); ") +
-               std::to_string(decode_mma_stages(problem.head_size, decode_mma_kv_bytes(problem))) +
+               std::to_string(stages) +
                "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
-               std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
+               std::to_string(problem.block_size) + "), " + std::to_string(per_sm) +
+               " CTAs per SM" + (fp8 ? fp8_tiling : std::string()) + "; splits of " +
+               std::to_string(chunk) +
                " tokens (" +
                (cut.batch_invariant
                     ? "batch-invariant: split points fixed every " +

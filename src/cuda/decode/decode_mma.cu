@@ -17,6 +17,37 @@
 
 namespace pagedattn::cuda {
 
+namespace {
+
+template <class T, int HEAD>
+int ctas_16bit(int gqa, bool split) {
+  if constexpr (HEAD == 256) {
+    return split ? instance_ctas_per_sm<T, HEAD, true, 1>() : instance_ctas_per_sm<T, HEAD, false, 1>();
+  } else {
+    if (gqa > 8)
+      return split ? instance_ctas_per_sm<T, HEAD, true, 2>() : instance_ctas_per_sm<T, HEAD, false, 2>();
+    return split ? instance_ctas_per_sm<T, HEAD, true, 1>() : instance_ctas_per_sm<T, HEAD, false, 1>();
+  }
+}
+
+template <class T>
+int ctas_16bit_head(int head, int gqa, bool split) {
+  if (head == 64) return ctas_16bit<T, 64>(gqa, split);
+  if (head == 128) return ctas_16bit<T, 128>(gqa, split);
+  return ctas_16bit<T, 256>(gqa, split);
+}
+
+}  // namespace
+
+int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout) {
+  if (head_size != 64 && head_size != 128 && head_size != 256) return 0;
+  const bool split = layout == KVLayout::kSplit;
+  if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
+    return decode::fp8_ctas_per_sm(head_size, gqa, kv, layout);
+  return q == DType::kBFloat16 ? ctas_16bit_head<__nv_bfloat16>(head_size, gqa, split)
+                               : ctas_16bit_head<__half>(head_size, gqa, split);
+}
+
 Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMmaConfig& config,
                       void* workspace, Stream stream) {
   const int chunk_tokens = config.chunk_tokens;
@@ -76,7 +107,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   PA_CUDA_RETURN(guard.status(), "decode_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   decode::DecodeGrid gr{num_splits, num_kv_heads, num_seqs, 0, static_cast<int>(smem_limit),
-                config.dependent_launch, config.batch_invariant};
+                config.dependent_launch, config.batch_invariant, config.fp8_untuned};
   p.num_seqs = num_seqs;
   // Work-list mode when many splits meet few enough sequences: a grid of (splits x sequences)
   // would launch a CTA for every split a short sequence lacks (in a skewed batch, almost all

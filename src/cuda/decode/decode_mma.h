@@ -154,23 +154,79 @@ constexpr int decode_mma_reg_ctas(int head_size, int gqa) {
   return head_size <= 64 ? (gqa <= 8 ? 4 : 3) : head_size <= 128 ? 2 : 1;
 }
 
-/// Stages of the pipeline for head `head_size` and `kv_bytes`-byte cache elements:
-/// kDecodeStages, except fp8 head 128, which takes 6 (the bytes in flight of 16-bit head 128,
-/// and shared memory for 2 CTAs per SM as the plan counts them: with 3 stages its 164
-/// registers and 54 KB let 3 CTAs share an SM, and W1's 512 CTAs ran as 396 plus a tail of 116
-/// at 70% of the read ceiling, where fp8 head 256, 2 CTAs per SM in 1.94 waves, reached 93%).
-constexpr int decode_mma_stages(int head_size, int kv_bytes) {
-  return kv_bytes == 1 && head_size == 128 ? 6 : kDecodeStages;
+/// Whether the fp8 instances run with the session-15 tuning (issue 21; the default), or as
+/// before when the environment sets PAGEDATTN_DECODE_FP8_TUNING=0 (read once per process; an
+/// A/B knob for one benchmark run, which plans and launches under the same value). Before:
+/// head 128 in 6 stages at 2 CTAs per SM, head 64 in 3 stages, head 256 planned at 1 CTA per
+/// SM although 2 ran.
+bool decode_mma_fp8_tuned();
+
+/// Whether the merge kernel's CTAs with nothing to merge return without waiting for the split
+/// kernel (decode_mma_launch.cuh, decode_merge_kernel; the default), or wait as before when
+/// the environment sets PAGEDATTN_DECODE_MERGE_EARLY_EXIT=0 (read once per process; an A/B
+/// knob for one benchmark run).
+bool decode_merge_early_exit();
+
+/// Stages of the pipeline for head `head_size`, `kv_bytes`-byte cache elements and a GQA
+/// group of `gqa` (the MMA columns: <= 8 or 9-16). kDecodeStages for 16-bit caches. fp8 rows
+/// are half the bytes of 16-bit ones, so a 64-token tile moves half the bytes for the same
+/// per-tile work (block-table loads, cursor steps, ldmatrix, MMAs, softmax), and what limits
+/// the kernel is how many tiles are in flight per SM and how many warps hide each tile's
+/// latency, not the staged bytes:
+///  - head 128, GQA <= 8: 4 stages at 3 CTAs per SM (decode_mma_sm_ctas; 70 KB each):
+///    12 warps per SM instead of 8 hide the dequantisation and MMA latency of each tile, with
+///    3 x 3 tiles in flight of 16 KB. Before: 6 stages at 2 CTAs (the in-flight bytes of
+///    16-bit head 128), W1 at 84% of the read ceiling; and before that 3 stages, whose 164
+///    registers and 54 KB let 3 CTAs share an SM while the plan counted 2 (W1's 512 CTAs ran
+///    as 396 plus a tail of 116, at 70%). 16 columns keep 6 stages at 2 CTAs (the register
+///    budget of 3 CTAs, 168, would spill their accumulators);
+///  - head 64: 3 stages (4 CTAs per SM, registers). 6 stages (the bytes in flight of the
+///    16-bit kernel) measured slower on every even row (H200, W1 split 72.1 against 69.6 us,
+///    64 x 1016 34.3 against 31.0);
+///  - head 256: 3 stages (2 CTAs per SM: 104 KB each).
+/// `tuned` = false gives the previous choice (decode_mma_fp8_tuned).
+constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool tuned = true) {
+  if (kv_bytes != 1) return kDecodeStages;
+  if (head_size == 128) return tuned && gqa <= 8 ? 4 : 6;
+  return kDecodeStages;
 }
 
-/// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
-/// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8) plus 16
-/// query rows (16-bit) and the slack to align the tiles to their row size (256 bytes, 512 for
-/// the 512-byte rows of 16-bit head 256, whose swizzle XORs address bits 4-8).
-inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * kv_bytes;
-  return decode_mma_stages(head_size, kv_bytes) * 2 * tile + 16 * head_size * 2 +
-         (head_size * kv_bytes > 256 ? 512 : 256);
+/// CTAs per SM an instance is built for (its __launch_bounds__ minimum; the `stages` of
+/// decode_mma_stages): decode_mma_reg_ctas, except the 4-stage fp8 head-128 instance
+/// (8 columns), built for 3 (at most 168 registers per thread).
+constexpr int decode_mma_bound_ctas(int head_size, int nt, bool fp8, int stages) {
+  return fp8 && head_size == 128 && nt == 1 && stages == 4 ? 3
+                                                           : decode_mma_reg_ctas(head_size, 8 * nt);
+}
+
+/// The most CTAs per SM the registers let the instance for (`head_size`, `gqa`, `kv_bytes`)
+/// run, which the plan counts (decode_mma_slots; shared memory may allow fewer): the launch
+/// bound of the instance, and 2 for head 256, whose launch bound of 1 still lets two CTAs of
+/// 128 threads share an SM's 65536 registers (255 per thread at most). fp8 head 256 (104 KB
+/// of shared memory) did run 2 CTAs per SM where the plan counted 1, and cut W6-shaped batches
+/// for half the CTA slots the device had. `tuned` as in decode_mma_stages.
+constexpr int decode_mma_sm_ctas(int head_size, int gqa, int kv_bytes, bool tuned = true) {
+  if (tuned && head_size == 256) return 2;
+  return decode_mma_bound_ctas(head_size, gqa <= 8 ? 1 : 2, kv_bytes == 1,
+                               decode_mma_stages(head_size, kv_bytes, gqa, tuned));
+}
+
+/// Dynamic shared memory of one CTA of an instance with `stages` stages: K and V tiles of 64
+/// unpadded, swizzled token rows of `kv_bytes`-byte cache elements (2 for fp16/bf16, 1 for
+/// fp8) per stage, plus 16 query rows (16-bit) and the slack to align the tiles to their row
+/// size (256 bytes, 512 for the 512-byte rows of 16-bit head 256, whose swizzle XORs address
+/// bits 4-8).
+constexpr std::int64_t decode_mma_smem_bytes_for(int head_size, int kv_bytes, int stages) {
+  return stages * 2 * std::int64_t{kDecodeTileTokens} * head_size * kv_bytes +
+         16 * head_size * 2 + (head_size * kv_bytes > 256 ? 512 : 256);
+}
+
+/// decode_mma_smem_bytes_for with the stages the plan and the launcher use for a GQA group of
+/// `gqa` (decode_mma_stages under decode_mma_fp8_tuned).
+inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2, int gqa = 1,
+                                          bool tuned = decode_mma_fp8_tuned()) {
+  return decode_mma_smem_bytes_for(head_size, kv_bytes,
+                                   decode_mma_stages(head_size, kv_bytes, gqa, kv_bytes != 1 || tuned));
 }
 
 /// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,
@@ -216,12 +272,14 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 
 /// CTA slots of the decode kernel on a device: `num_units` SMs times the CTAs of head size
 /// `head_size` that `max_smem_per_block` bytes of shared memory per SM hold (1 KB reserved
-/// per CTA by the hardware; at least 1), at most decode_mma_reg_ctas(head_size, gqa). An H200
-/// holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16). `extra_smem_bytes`: shared
-/// memory each CTA takes beyond decode_mma_smem_bytes (the cluster merge's receive buffer).
+/// per CTA by the hardware; at least 1), at most decode_mma_sm_ctas(head_size, gqa, kv_bytes).
+/// An H200 holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16), 1 (head 256);
+/// fp8: 3 (head 128, GQA <= 8), 2 (head 128, GQA 9-16; head 256), 4 / 3 (head 64).
+/// `extra_smem_bytes`: shared memory each CTA takes beyond decode_mma_smem_bytes (the cluster
+/// merge's receive buffer).
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
                               std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes = 0,
-                              int kv_bytes = 2);
+                              int kv_bytes = 2, bool tuned = decode_mma_fp8_tuned());
 
 /// The decode kernel's cut of one batch (decode_mma_config).
 struct DecodeMmaConfig {
@@ -261,6 +319,15 @@ struct DecodeMmaConfig {
   /// of split groups (not one that follows the batch's longest sequence), so a sequence's bits
   /// do not depend on the batch.
   bool batch_invariant = false;
+  /// fp8 only: the call runs the previous fp8 instances (decode_mma_stages with tuned =
+  /// false: head 128 in 6 stages at 2 CTAs per SM), and the cut above was made for their
+  /// slots. Chosen for fp8 head 128 (8 columns) when the 3-CTA cut would need more splits and
+  /// is not a work-list call: W1 (64 x 4096) ran 139.1 us in 1 split at 2 CTAs per SM against
+  /// 146.7 in the 2 splits the 3-CTA slots call for (H200, 2026-12-02), while batches that
+  /// keep their split count (256 x 1022: 164.9 -> 146.6 us) or are skewed (255 x 512 + 1 x
+  /// 131072: 213.2 -> 177.2) gain from 3 CTAs per SM. Also set for every fp8 call under
+  /// PAGEDATTN_DECODE_FP8_TUNING=0.
+  bool fp8_untuned = false;
 };
 
 /// Whether the pipelined kernel may run a head-64 problem as pairs of KV heads: where the head
@@ -308,6 +375,16 @@ inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const Devic
   return decode_mma_config(problem, device, options.num_splits, decode_mma_heads_adjacent(problem),
                            options.batch_invariant);
 }
+
+/// CTAs per SM that the current CUDA device runs of the split-kernel instance decode_mma_run
+/// launches for an unpaired call with head `head_size` (64, 128, 256), GQA group `gqa`, query
+/// dtype `q` (fp16/bf16), cache dtype `kv` (the query's or fp8) and `layout`, without the
+/// cluster merge's buffer (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers and shared
+/// memory as ptxas built it). decode_mma_slots must count exactly this many per SM on that
+/// device, or the plan cuts batches for slots the device does not have (or leaves slots idle):
+/// the GPU tests compare the two. 0 for another head size or when a query fails. CUDA builds
+/// only.
+int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout);
 
 /// Workspace bytes: fp32 partial outputs and log-sum-exps per (sequence, split, head).
 std::size_t decode_mma_workspace(int num_seqs, int num_splits, int num_heads, int head_size);

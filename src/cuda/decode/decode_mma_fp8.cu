@@ -13,4 +13,39 @@ Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layou
   return launch_fp8<256>(p, kv, layout, gr, stream);
 }
 
+namespace {
+
+template <int HEAD, int KV>
+int fp8_ctas(int gqa, bool split) {
+  if constexpr (HEAD == 256) {
+    return split ? instance_ctas_per_sm<__half, HEAD, true, 1, KV>()
+                 : instance_ctas_per_sm<__half, HEAD, false, 1, KV>();
+  } else {
+    if (gqa > 8)
+      return split ? instance_ctas_per_sm<__half, HEAD, true, 2, KV>()
+                   : instance_ctas_per_sm<__half, HEAD, false, 2, KV>();
+    constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
+    if (!decode_mma_fp8_tuned())
+      return split ? instance_ctas_per_sm<__half, HEAD, true, 1, KV, kOld>()
+                   : instance_ctas_per_sm<__half, HEAD, false, 1, KV, kOld>();
+    return split ? instance_ctas_per_sm<__half, HEAD, true, 1, KV>()
+                 : instance_ctas_per_sm<__half, HEAD, false, 1, KV>();
+  }
+}
+
+template <int KV>
+int fp8_ctas_kv(int head, int gqa, bool split) {
+  if (head == 64) return fp8_ctas<64, KV>(gqa, split);
+  if (head == 128) return fp8_ctas<128, KV>(gqa, split);
+  return fp8_ctas<256, KV>(gqa, split);
+}
+
+}  // namespace
+
+int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout) {
+  const bool split = layout == KVLayout::kSplit;
+  return kv == DType::kFloat8E4M3 ? fp8_ctas_kv<kKvE4M3>(head, gqa, split)
+                                  : fp8_ctas_kv<kKvE5M2>(head, gqa, split);
+}
+
 }  // namespace pagedattn::cuda::decode

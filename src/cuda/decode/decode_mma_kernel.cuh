@@ -63,7 +63,8 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 // Two CTAs per SM (head 128) / four (head 64; three for 16 query columns): shared memory
 // allows no more, so the register budget may grow to 255 / 128 (170) per thread (see
 // decode_mma_reg_ctas); addresses are then kept in registers instead of being recomputed per
-// tile.
+// tile. fp8 head 128 with 8 columns runs three in 4 stages (168 registers at most;
+// decode_mma_bound_ctas, decode_mma_stages).
 // PAIR (decode_mma_pairs_heads): HEAD is 128 and each "KV head" g of the grid is the pair of
 // head-64 KV heads 2g, 2g + 1; p.gqa is twice the real group, columns r < p.gqa / 2 belong to
 // KV head 2g (Q in dims 0-63) and the others to 2g + 1 (Q in dims 64-127). The output,
@@ -85,7 +86,8 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 //    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
 //    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
-__global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
+__global__ void __launch_bounds__(kDecodeThreads,
+                                  decode_mma_bound_ctas(HEAD, NT, KV != kKvSame, STAGES))
     decode_mma_kernel(const DecodeParams p) {
   static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
   constexpr bool F8 = KV != kKvSame;

@@ -26,6 +26,8 @@ struct DecodeGrid {
   // Batch-invariant plans: the merge kernel's split groups are fixed (the most a CTA holds),
   // so the order in which a sequence's splits are folded does not follow the batch.
   bool invariant;
+  // fp8: the previous instances (DecodeMmaConfig::fp8_untuned).
+  bool fp8_untuned;
 };
 
 /// Launch the fp8-cache kernels (decode_mma_fp8.cu) for head `head` (64, 128 or 256), cache
@@ -33,6 +35,8 @@ struct DecodeGrid {
 /// Errors: kInternal when a launch fails.
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
                        const DecodeGrid& gr, cudaStream_t stream);
+/// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu).
+int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout);
 
 }  // namespace decode
 
@@ -52,8 +56,16 @@ constexpr int kMergeThreads = 256;
 /// metadata loads go out together first: two round trips in all, where one thread per head dim
 /// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
 /// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
+/// `early_exit` (decode_merge_early_exit): the CTAs of sequences with nothing to merge (one
+/// split, or not a decode row) return at once instead of waiting for the split kernel; CTA
+/// (0, 0) always waits, which is enough to keep the merge grid from completing before the
+/// split grid. In a skewed batch (255 short sequences, one long: 8192 merge CTAs of which 32
+/// merge) the waiting CTAs held the SMs' CTA slots after the split kernel ended and were
+/// launched and retired wave after wave on the critical path; returning early, they run
+/// while the split kernel's last CTAs do.
 template <class T, int HEAD>
-__global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kMergeThreads)
+    decode_merge_kernel(const DecodeParams p, int early_exit) {
   constexpr int V = HEAD / 4;                // threads per output row
   constexpr int GMAX = kMergeThreads / V;    // split groups at most
   constexpr int U = 8;                       // splits per thread per batch
@@ -65,13 +77,16 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
   const int q0 = p.qsl[s * p.qsl_stride];
   const int q1 = p.qsl[(s + 1) * p.qsl_stride];
   const int len = p.seq_lens[s * p.sl_stride];
-  // Every CTA waits, also those that have nothing to merge: a grid launched as a programmatic
-  // dependent may otherwise complete before its prerequisite, and the stream's next operation
-  // would then start while the split kernel still writes outputs.
-  griddep_wait();
-  if (q1 - q0 != 1) return;
+  // CTA (0, 0) waits even when it has nothing to merge (without early_exit, every CTA does):
+  // a grid launched as a programmatic dependent may otherwise complete before its
+  // prerequisite, and the stream's next operation would then start while the split kernel
+  // still writes outputs.
   const int nsplit = decode_num_splits(len, p.window, p.chunk, p.max_splits);
-  if (nsplit <= 1) return;  // the split kernel wrote the output itself
+  // Nothing to merge: one split (the split kernel wrote the output itself) or not a decode row.
+  const bool idle = q1 - q0 != 1 || nsplit <= 1;
+  if (idle && early_exit && (blockIdx.x | blockIdx.y) != 0) return;
+  griddep_wait();
+  if (idle) return;
   const std::int64_t base = static_cast<std::int64_t>(s) * p.max_splits * p.num_heads + h;
   float m = -INFINITY, l = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int i0 = g; i0 < nsplit; i0 += G * U) {
@@ -142,13 +157,12 @@ __global__ void __launch_bounds__(kMergeThreads) decode_merge_kernel(const Decod
 }
 
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
-          class TO = T>
+          class TO = T, int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1);
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
   const int smem = static_cast<int>(
-      decode_mma_smem_bytes(HEAD, KV == kKvSame ? 2 : 1) +
+      decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES) +
       (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
@@ -181,14 +195,15 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     // Also inside a stream capture: the graph then holds a programmatic edge from the split
     // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
     cfg.numAttrs = gr.dependent_launch ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+    const int early = decode_merge_early_exit() ? 1 : 0;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
       // A driver that refuses the attribute: the plain launch is correct too (the kernel's
       // griddepcontrol.wait is then a no-op).
       (void)cudaGetLastError();
       cfg.numAttrs = 0;
-      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p);
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
     }
     PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }
@@ -210,7 +225,8 @@ Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& g
 }
 
 /// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
-/// output dtype.
+/// output dtype; the stages of decode_mma_stages (8 columns: the untuned ones where the plan
+/// chose them, DecodeMmaConfig::fp8_untuned).
 template <int HEAD, int KV, class TO>
 Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                          cudaStream_t stream) {
@@ -219,12 +235,38 @@ Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGri
     return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   } else {
     const bool wide = p.gqa > 8;
-    if (layout == KVLayout::kSplit)
-      return wide ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
-                  : launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
-    return wide ? launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream)
-                : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+    const bool split = layout == KVLayout::kSplit;
+    if (wide)
+      return split ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
+                   : launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream);
+    constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
+    if (gr.fp8_untuned)
+      return split ? launch<__half, HEAD, true, 1, false, KV, TO, kOld>(p, gr, stream)
+                   : launch<__half, HEAD, false, 1, false, KV, TO, kOld>(p, gr, stream);
+    return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
+                 : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   }
+}
+
+/// CTAs per SM the current device runs of one split-kernel instance (unpaired, no cluster
+/// receive buffer), from the occupancy calculator: what decode_mma_slots must count per SM
+/// (decode_mma_device_ctas_per_sm). 0 when a query fails. Sets the kernel's shared-memory
+/// attribute, which every launch sets again to its plan's limit.
+template <class T, int HEAD, bool SPLIT, int NT, int KV = kKvSame,
+          int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
+int instance_ctas_per_sm() {
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, false, KV>;
+  const int smem =
+      static_cast<int>(decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES));
+  int n = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kDecodeThreads, smem) !=
+          cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
 }
 
 template <int HEAD>

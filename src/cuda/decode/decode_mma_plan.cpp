@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "src/cuda/common/mma_args.h"
@@ -24,6 +25,22 @@ constexpr int kShortChunkTokens = 512;
 constexpr int kLongChunkTokens = 2048;
 
 }  // namespace
+
+bool decode_mma_fp8_tuned() {
+  static const bool tuned = [] {
+    const char* e = std::getenv("PAGEDATTN_DECODE_FP8_TUNING");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return tuned;
+}
+
+bool decode_merge_early_exit() {
+  static const bool early = [] {
+    const char* e = std::getenv("PAGEDATTN_DECODE_MERGE_EARLY_EXIT");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return early;
+}
 
 bool decode_mma_supported(const ProblemDesc& pr, std::string* why_not) {
   if (pr.batch.num_prefill_seqs > 0) {
@@ -86,17 +103,22 @@ bool decode_mma_aligned(const AttentionArgs& args) {
 
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
                               std::int64_t max_smem_per_block, std::int64_t extra_smem_bytes,
-                              int kv_bytes) {
-  const std::int64_t smem = decode_mma_smem_bytes(head_size, kv_bytes) + extra_smem_bytes;
+                              int kv_bytes, bool tuned) {
+  const std::int64_t smem =
+      decode_mma_smem_bytes(head_size, kv_bytes, gqa, tuned) + extra_smem_bytes;
   const std::int64_t per_sm = std::clamp<std::int64_t>(
-      (max_smem_per_block + 1024) / (smem + 1024), 1, decode_mma_reg_ctas(head_size, gqa));
+      (max_smem_per_block + 1024) / (smem + 1024), 1,
+      decode_mma_sm_ctas(head_size, gqa, kv_bytes, kv_bytes != 1 || tuned));
   return std::max<std::int64_t>(1, num_units) * per_sm;
 }
 
-int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
-                     int forced_splits, int* num_splits) {
+namespace {
+
+int chunk_for(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
+              int forced_splits, int* num_splits, bool tuned) {
   const std::int64_t slots = decode_mma_slots(pr.head_size, pr.gqa_ratio(), num_units,
-                                              max_smem_per_block, 0, decode_mma_kv_bytes(pr));
+                                              max_smem_per_block, 0, decode_mma_kv_bytes(pr),
+                                              tuned);
   // Key range of the longest sequence as the kernel cuts it: [lo rounded down to 64, seq_len).
   std::int64_t longest = std::max(1, pr.batch.max_seq_len);
   std::int64_t total = std::max<std::int64_t>(1, pr.batch.total_kv_tokens);
@@ -176,6 +198,14 @@ int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem
   return static_cast<int>(chunk);
 }
 
+}  // namespace
+
+int decode_mma_chunk(const ProblemDesc& pr, int num_units, std::int64_t max_smem_per_block,
+                     int forced_splits, int* num_splits) {
+  return chunk_for(pr, num_units, max_smem_per_block, forced_splits, num_splits,
+                   decode_mma_fp8_tuned());
+}
+
 bool decode_mma_pairs_heads(const ProblemDesc& pr, bool heads_adjacent) {
   return heads_adjacent && pr.head_size == 64 && pr.layout == KVLayout::kNHD &&
          pr.cache_dtype == pr.q_dtype &&
@@ -193,8 +223,10 @@ bool decode_mma_heads_adjacent(const AttentionArgs& args) {
 namespace {
 
 DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int forced_splits,
-                           bool invariant) {
+                           bool invariant, bool tuned) {
   DecodeMmaConfig c;
+  const bool fp8 = decode_mma_kv_bytes(pr) == 1;
+  c.fp8_untuned = fp8 && !tuned;
   if (invariant) {
     // Fixed split points: the kernel cuts [lo rounded down to 64, len) every chunk tokens.
     std::int64_t longest = std::max(1, pr.batch.max_seq_len);
@@ -209,8 +241,8 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
     c.num_splits = static_cast<int>((longest + chunk - 1) / chunk);
     c.batch_invariant = true;
   } else {
-    c.chunk_tokens = decode_mma_chunk(pr, device.num_units, device.max_shared_memory_per_block,
-                                      forced_splits, &c.num_splits);
+    c.chunk_tokens = chunk_for(pr, device.num_units, device.max_shared_memory_per_block,
+                               forced_splits, &c.num_splits, tuned);
   }
   // Each sequence has ceil(range / chunk) <= range / chunk + 1 splits, and the ranges add up
   // to at most total_kv_tokens.
@@ -222,7 +254,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
   // than by a device query per run.
   const std::int64_t ctas = seqs * pr.num_kv_heads * c.num_splits;
   const int kvb = decode_mma_kv_bytes(pr);
-  const std::int64_t base = decode_mma_smem_bytes(pr.head_size, kvb);
+  const std::int64_t base = decode_mma_smem_bytes(pr.head_size, kvb, pr.gqa_ratio(), tuned);
   const std::int64_t with_rx = base + decode_cluster_rx_max_bytes(pr.head_size);
   const bool clusters = device.cc_major >= 9 && with_rx <= device.max_shared_memory_per_block;
   c.smem_limit = clusters ? with_rx : base;
@@ -236,7 +268,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
                                              decode_cluster_rx_bytes(pr.head_size,
                                                                      pr.gqa_ratio(),
                                                                      c.num_splits),
-                                             kvb);
+                                             kvb, tuned);
   // The small-call kernel reads 16-bit caches only (fp8 calls keep the pipelined kernel).
   c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit && kvb == 2 &&
                    pr.head_size <= 128 &&
@@ -251,7 +283,16 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
 
 DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& device,
                                   int forced_splits, bool heads_adjacent, bool batch_invariant) {
-  const DecodeMmaConfig c = config_for(pr, device, forced_splits, batch_invariant);
+  const bool tuned = decode_mma_fp8_tuned();
+  DecodeMmaConfig c = config_for(pr, device, forced_splits, batch_invariant, tuned);
+  // fp8 head 128, 8 columns: the 3-CTA instance's slots can call for more splits than the
+  // 2-CTA one's (W1: 2 against 1); outside work-list calls the extra merge and the shorter
+  // CTAs cost more than the third CTA per SM gains (DecodeMmaConfig::fp8_untuned).
+  if (tuned && !batch_invariant && decode_mma_kv_bytes(pr) == 1 && pr.head_size == 128 &&
+      pr.gqa_ratio() <= 8 && !decode_mma_work_list(c.num_splits, pr.batch.num_seqs)) {
+    const DecodeMmaConfig old = config_for(pr, device, forced_splits, false, false);
+    if (old.num_splits < c.num_splits) c = old;
+  }
   // The small-call kernel has no paired form; a call small enough for it stays unpaired.
   if (c.small_kernel || !decode_mma_pairs_heads(pr, heads_adjacent) ||
       decode_mma_smem_bytes(128) > device.max_shared_memory_per_block)
@@ -259,7 +300,7 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   ProblemDesc paired = pr;
   paired.head_size = 128;
   paired.num_kv_heads = pr.num_kv_heads / 2;
-  DecodeMmaConfig cp = config_for(paired, device, forced_splits, batch_invariant);
+  DecodeMmaConfig cp = config_for(paired, device, forced_splits, batch_invariant, true);
   if (cp.small_kernel) return c;
   cp.pair_heads = true;
   cp.smem_limit_unpaired = c.smem_limit;
