@@ -119,6 +119,11 @@ const InvCase kCases[] = {
     {"e4m3_h128", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 128, 32, 8, 4100},
     {"e5m2_h128_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat8E5M2, 128, 32, 8, 1500},
     {"bf16_h256", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 256, 8, 2, 2500},
+    // The heads between (decode_mma_h<HEAD>.cu).
+    {"bf16_h80", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 80, 32, 8, 3000},
+    {"f16_h96_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat16, 96, 16, 4, 2100},
+    {"bf16_h112_gqa16_hnd", KVLayout::kHND, DType::kBFloat16, DType::kBFloat16, 112, 32, 2, 5000},
+    {"bf16_h192", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 192, 16, 2, 2500},
 };
 
 INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeBatchInvariant, ::testing::ValuesIn(kCases),

@@ -12,6 +12,28 @@
 
 namespace pagedattn::cuda {
 
+namespace {
+
+/// What `explain` says about the decode kernel's instance for the problem's head size.
+std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
+  const int h = pr.head_size;
+  const int row = decode_mma_row_elems(h);
+  const std::int64_t per_sm = decode_mma_slots(h, pr.gqa_ratio(), 1,
+                                               device.max_shared_memory_per_block, 0,
+                                               decode_mma_kv_bytes(pr));
+  std::string r = "the head-" + std::to_string(h) + " instance (" + std::to_string(h / 16) +
+                  " k-steps of 16 dims in S^T = K Q^T, " + std::to_string(h / 16) +
+                  " 16-dim row tiles of O^T = V^T P^T";
+  if (row != h && decode_mma_kv_bytes(pr) == 2)
+    r += "; shared-memory rows of " + std::to_string(row) +
+         " elements, as the swizzle permutes 16-byte chunks in groups of 8: the chunks past "
+         "the head are never copied from the cache nor read";
+  r += "; " + std::to_string(per_sm) + " CTA(s) per SM)";
+  return r;
+}
+
+}  // namespace
+
 Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
                                    const PlanOptions& options) {
   std::string why_not;
@@ -44,7 +66,8 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                           "after the shared-memory load, fp16 MMAs, fp32 accumulation, k_scale "
                           "in the softmax scale, v_scale in the normalisation)"
                     : std::string(to_string(problem.q_dtype)) + " cache") +
-               ", head_size " + std::to_string(problem.head_size) + ", GQA " +
+               ", head_size " + std::to_string(problem.head_size) + " on " +
+               decode_head_note(problem, device_info) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "

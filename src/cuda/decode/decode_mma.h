@@ -56,6 +56,9 @@ inline constexpr int kMaxDecodeSplits = 512;
 /// number of split groups; up to kMaxDecodeSplits splits (524288 tokens; a longer sequence
 /// in the batch lengthens every split).
 inline constexpr int kBatchInvariantChunkTokens = 1024;
+/// Most sequences of one launch of the split and merge kernels (gridDim.z / gridDim.y): a
+/// call with more runs them in consecutive launches (decode_mma_run).
+inline constexpr int kDecodeMaxGridSeqs = 65535;
 /// Most sequences of a work-list call (the kernel's scan: 32 lanes x 8 sequences).
 inline constexpr int kWorkListMaxSeqs = 256;
 
@@ -163,14 +166,31 @@ constexpr int decode_mma_stages(int head_size, int kv_bytes) {
   return kv_bytes == 1 && head_size == 128 ? 6 : kDecodeStages;
 }
 
+/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128
+/// and 256 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
+/// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7 and 12 for the heads between).
+constexpr bool decode_mma_head_instance(int head_size) {
+  return head_size == 64 || head_size == 80 || head_size == 96 || head_size == 112 ||
+         head_size == 128 || head_size == 192 || head_size == 256;
+}
+
+/// Elements per 16-bit shared-memory row of the kernel (query rows and 16-bit K/V tile rows):
+/// head_size rounded up to 64 (128 bytes), because the XOR swizzle permutes the 16-byte
+/// chunks inside each group of 8; heads 80/96/112 keep 128-element rows whose chunks past
+/// the head are never copied nor read. Equal to head_size for 64, 128, 192 and 256.
+constexpr int decode_mma_row_elems(int head_size) { return (head_size + 63) / 64 * 64; }
+
 /// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
-/// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8) plus 16
-/// query rows (16-bit) and the slack to align the tiles to their row size (256 bytes, 512 for
-/// the 512-byte rows of 16-bit head 256, whose swizzle XORs address bits 4-8).
+/// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8; 16-bit
+/// rows of decode_mma_row_elems) plus 16 query rows (16-bit, decode_mma_row_elems) and the
+/// slack to align the tiles to their row size (256 bytes, 512 for rows over 256 bytes, whose
+/// swizzle XORs address bits above 7).
 inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * head_size * kv_bytes;
-  return decode_mma_stages(head_size, kv_bytes) * 2 * tile + 16 * head_size * 2 +
-         (head_size * kv_bytes > 256 ? 512 : 256);
+  const std::int64_t row = kv_bytes == 2 ? std::int64_t{decode_mma_row_elems(head_size)} * 2
+                                         : std::int64_t{head_size} * kv_bytes;
+  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * row;
+  return decode_mma_stages(head_size, kv_bytes) * 2 * tile +
+         16 * decode_mma_row_elems(head_size) * 2 + (row > 256 ? 512 : 256);
 }
 
 /// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,
@@ -183,8 +203,9 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
 /// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
-/// same dtype or fp8 (e4m3, e5m2), head_size 64 or 128 (GQA ratio <= 16) or 256 (GQA ratio
-/// <= 8: the registers of 16 query columns would spill), and for the split
+/// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192
+/// or 256 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches: heads
+/// 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
 /// layout block_size % 8 == 0 (16-bit caches) / % 16 == 0 (fp8): 16-byte value chunks must not
 /// cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.

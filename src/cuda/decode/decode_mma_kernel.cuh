@@ -106,9 +106,17 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   // for chunk c0 with bits 5-7 XORed by s.
   // 64-byte rows (fp8 head 64): chunk c of row r at c ^ ((r / 2) % 4), which also puts the 8
   // rows of an ldmatrix phase in 8 bank groups.
-  constexpr unsigned PB = HEAD * EB;            // bytes per token row
-  constexpr unsigned TILE_B = TOK * HEAD * EB;  // bytes per K (or V) tile
+  // Heads 80/96/112 (decode_mma_row_elems): 16-bit rows of 128 elements, of which the chunks
+  // past the head are never copied nor read; a query row has the same pitch (QP elements).
+  static_assert(HEAD % 16 == 0 && (!F8 || HEAD % 64 == 0), "HEAD: k-steps of 16 dims");
+  constexpr int QP = decode_mma_row_elems(HEAD);
+  constexpr unsigned PB = F8 ? HEAD * EB : QP * EB;  // bytes per token row
+  constexpr unsigned TILE_B = TOK * PB;              // bytes per K (or V) tile
+  // Rows of a power-of-two size keep "chunk c0 + 2s = address XOR 32 s" over the whole row;
+  // 384-byte rows (head 192) only inside each 128-byte group of 8 chunks (chunk_off).
+  constexpr bool POW2_ROW = (PB & (PB - 1)) == 0;
   constexpr int KSTEPS = HEAD / 16;
+  constexpr int QJ = (KSTEPS + 1) / 2;  // x4 loads of Q^T fragments (two k-steps each)
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
   constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
@@ -120,12 +128,17 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
   // reserves the slack).
   constexpr unsigned AL = PB > 256 ? 512u : 256u;  // the swizzle XORs bits below the row size
-  const unsigned sK = (smem_addr(sQ + NH * HEAD) + (AL - 1)) & ~(AL - 1);
+  const unsigned sK = (smem_addr(sQ + NH * QP) + (AL - 1)) & ~(AL - 1);
   const unsigned sV = sK + STAGES * TILE_B;
   // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
   // [splits][share] outputs, then [splits][kClusterLseSlots] LSEs), past everything else, so
   // that a split that finishes first can write while this one still streams its tiles.
   const unsigned rx_s = sV + STAGES * TILE_B;
+  // nhd/hnd ldmatrix: a lane's address for logical chunk c0 + 2s from its address for c0.
+  auto chunk_off = [](unsigned a, int s) -> unsigned {
+    if constexpr (POW2_ROW) return a ^ (static_cast<unsigned>(s) * 32u);
+    else return (a ^ (static_cast<unsigned>(s & 3) * 32u)) + static_cast<unsigned>(s >> 2) * 128u;
+  };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bool mods = p.softcap > 0.f || p.alibi != nullptr;
@@ -317,7 +330,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         const T* src = static_cast<const T*>(p.q);
         if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
                        static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + qc * 8;
-        cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
+        cp_async16(smem_addr(sQ + swz(r, c, QP)), src, ok ? 16 : 0);
       }
       cp_async_commit();
 
@@ -387,7 +400,10 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
                              static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 7) * 16;
             const int bytes = kok[i] ? 16 : 0;
 #pragma unroll
-            for (int j = 0; j < CHB / 8; ++j) {
+            for (int j = 0; j < (CHB + 7) / 8; ++j) {
+              // Heads 80/96/112: the row's last group of 8 chunks is partial (lanes past the
+              // head copy nothing: their shared-memory chunks are never read).
+              if (CHB % 8 != 0 && j == CHB / 8 && (lane & 7) >= CHB % 8) continue;
               const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
               cp_async16(d, ks + j * 128, bytes);
               cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
@@ -430,7 +446,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       cp_async_wait<STAGES - 1>();  // the query group
       __syncthreads();
 
-      unsigned qf[NT][KSTEPS / 2][4];
+      unsigned qf[NT][QJ][4];
       if constexpr (F8) {
         if (p.q_bf16) {
           // bf16 query -> fp16 in place, head row r times 2^s_r with s_r = 14 - exponent of its
@@ -472,12 +488,14 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           }
       } else {
         // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
-        // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+        // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1. An odd
+        // KSTEPS (heads 80, 112): the last load's matrices 2-3 are chunks of the padded row
+        // past the head, never used.
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int j = 0; j < KSTEPS / 2; ++j)
-            ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+          for (int j = 0; j < QJ; ++j)
+            ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), QP)));
       }
       // fp8: the score multiplier of each column (softmax scale, k_scale, the query's scale).
       float cmul[NT][2];
@@ -550,7 +568,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           // the other head times the zero half of the query would be NaN).
           const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
           unsigned a[4];
-          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
+          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : chunk_off(kst, ks));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
@@ -628,7 +646,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           // A fragment of V^T (16 dims x 16 tokens).
           unsigned a[4];
           if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
-          else ldmatrix_x4_trans(a, vst ^ (dt * 32u));
+          else ldmatrix_x4_trans(a, chunk_off(vst, dt));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
         }

@@ -34,6 +34,14 @@ struct DecodeGrid {
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
                        const DecodeGrid& gr, cudaStream_t stream);
 
+/// Launch the 16-bit-cache kernels of head HEAD (80, 96, 112 or 192; explicitly instantiated
+/// in decode_mma_h<HEAD>.cu, one TU per head so that they compile in parallel) for a
+/// `bf16` (else fp16) query and cache and `layout`, then the merge kernel when the call has
+/// splits. Errors: kInternal when a launch fails.
+template <int HEAD>
+Status launch_head_call(const DecodeParams& p, bool bf16, KVLayout layout, const DecodeGrid& gr,
+                        cudaStream_t stream);
+
 }  // namespace decode
 
 namespace {
@@ -198,7 +206,7 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
 template <class T, int HEAD>
 Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                      cudaStream_t stream) {
-  if constexpr (HEAD == 256) {  // GQA <= 8 only (decode_mma_rows_supported)
+  if constexpr (HEAD > 128) {  // heads 192, 256: GQA <= 8 only (decode_mma_rows_supported)
     if (layout == KVLayout::kSplit) return launch<T, HEAD, true, 1>(p, gr, stream);
     return launch<T, HEAD, false, 1>(p, gr, stream);
   } else {

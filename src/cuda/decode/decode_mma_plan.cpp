@@ -45,16 +45,22 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   const bool fp8 = decode_mma_kv_bytes(pr) == 1;
   if (pr.cache_dtype != pr.q_dtype && !fp8)
     return no("cache dtype is neither the query dtype nor fp8 e4m3/e5m2");
-  if (pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
-    return no("head_size is not 64, 128 or 256");
+  // One compile-time instance per head size (decode_mma_head_instance); a head between them
+  // would need the instance above with runtime-masked dims, which the kernel does not have.
+  if (!decode_mma_head_instance(pr.head_size))
+    return no("head_size is not 64, 80, 96, 112, 128, 192 or 256 (the decode kernel's "
+              "instances)");
+  if (fp8 && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
+    return no("fp8 cache with head_size other than 64, 128 or 256");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
-  if (pr.head_size == 256 && pr.gqa_ratio() > 8) return no("head_size 256 with a GQA ratio above 8");
+  if (pr.head_size > 128 && pr.gqa_ratio() > 8)
+    return no(pr.head_size == 256 ? "head_size 256 with a GQA ratio above 8"
+                                  : "head_size 192 with a GQA ratio above 8");
   if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
     return no("split layout with block_size % 8 != 0");
   // An fp8 value chunk is 16 tokens of one head dim.
   if (fp8 && pr.layout == KVLayout::kSplit && pr.block_size % 16 != 0)
     return no("fp8 split layout with block_size % 16 != 0");
-  if (pr.batch.num_seqs > 65535) return no("more than 65535 sequences");
   // The grid's y dimension (grid mode: one CTA row per KV head; the small kernel likewise).
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
   return true;
@@ -239,7 +245,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
                                              kvb);
   // The small-call kernel reads 16-bit caches only (fp8 calls keep the pipelined kernel).
   c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit && kvb == 2 &&
-                   pr.head_size <= 128 &&
+                   (pr.head_size == 64 || pr.head_size == 128) &&
                    c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
                    decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
                            decode_small_static_smem_bytes(pr.gqa_ratio()) <=
