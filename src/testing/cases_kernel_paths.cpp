@@ -139,7 +139,8 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
   }
 
   // The decode kernel's heads between 64, 128 and 256 (80, 96, 112, 192: 16-bit caches; rows
-  // of 80-112 padded to 128 elements in shared memory, 192 in 384-byte rows): every layout,
+  // of 80-112 padded to 128 elements in shared memory, 192 in 384-byte rows) and head 512 (2
+  // warps, 32-token tiles): every layout,
   // GQA 1 to 16 (192: to 8), blocks 1, 7, 8, 16 and 32, the merge modes and features. The
   // quick set keeps two (head 80 and 192, nhd). Ordinary decode cases on the CPU.
   {
@@ -156,6 +157,7 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
         {112, KVLayout::kSplit, 32, 32, 2, b16, 1, 0}, {112, KVLayout::kNHD, 16, 12, 4, f16, 2, 0},
         {192, KVLayout::kNHD, 32, 16, 2, b16, 3, 0},   {192, KVLayout::kHND, 16, 3, 1, f16, 2, 3},
         {192, KVLayout::kSplit, 16, 8, 8, b16, 1, 0},
+        {512, KVLayout::kNHD, 16, 16, 2, b16, 1, 3},   {512, KVLayout::kSplit, 8, 4, 4, f16, 2, 0},
     };
     int i = 0;
     for (const HMid& d : hs) {

@@ -1,5 +1,6 @@
-// The decode fast path's head sizes between 64, 128 and 256 (decode_mma_h<HEAD>.cu: 80, 96,
-// 112 and 192 with 16-bit caches) against the oracle through the shared harness (cache written
+// The decode fast path's head sizes between 64, 128 and 256 and head 512
+// (decode_mma_h<HEAD>.cu: 80, 96, 112, 192 and 512 with 16-bit caches; 512 with 2 warps and
+// 32-token tiles) against the oracle through the shared harness (cache written
 // by write_kv into NaN-poisoned memory; a kernel that reads a chunk past the head, a tail token
 // past seq_len or another block's padding gets NaN into its output): every layout, fp16 and
 // bf16, GQA 1/3/4/8 (and 16 for heads up to 112), block sizes that do and do not divide the
@@ -31,7 +32,7 @@ using testing::CaseResult;
 std::vector<CaseConfig> head_cases() {
   std::vector<CaseConfig> out;
   int n = 0;
-  for (int head : {80, 96, 112, 192})
+  for (int head : {80, 96, 112, 192, 512})
     for (DType q : {DType::kBFloat16, DType::kFloat16})
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
         const std::vector<int> blocks = layout == KVLayout::kSplit ? std::vector<int>{8, 16, 32}
@@ -69,9 +70,9 @@ std::vector<CaseConfig> head_cases() {
       }
   // One sequence alone: the latency-bound one-wave cut (cluster merge of 2-8 splits), and a
   // long one (many splits through the merge kernel).
-  for (int head : {80, 96, 112, 192})
+  for (int head : {80, 96, 112, 192, 512})
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit})
-      for (int len : {3000, 40000}) {
+      for (int len : {3000, head == 512 ? 12000 : 40000}) {
         CaseConfig c;
         c.device = Device::cuda();
         c.layout = layout;

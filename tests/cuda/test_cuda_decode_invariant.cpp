@@ -124,6 +124,7 @@ const InvCase kCases[] = {
     {"f16_h96_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat16, 96, 16, 4, 2100},
     {"bf16_h112_gqa16_hnd", KVLayout::kHND, DType::kBFloat16, DType::kBFloat16, 112, 32, 2, 5000},
     {"bf16_h192", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 192, 16, 2, 2500},
+    {"bf16_h512_split", KVLayout::kSplit, DType::kBFloat16, DType::kBFloat16, 512, 16, 2, 2500},
 };
 
 INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeBatchInvariant, ::testing::ValuesIn(kCases),

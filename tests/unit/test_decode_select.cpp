@@ -704,20 +704,22 @@ TEST(DecodeMmaSupport, GridLimitsOfKvHeadsAndSequences) {
 // takes one CTA per SM like 256.
 TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
   std::string why;
-  for (int head : {64, 80, 96, 112, 128, 192, 256}) {
+  for (int head : {64, 80, 96, 112, 128, 192, 256, 512}) {
     EXPECT_TRUE(decode_mma_head_instance(head)) << head;
     EXPECT_TRUE(decode_mma_supported(decode_problem({100, 3000}, 32, 8, head), &why))
         << head << ": " << why;
     EXPECT_EQ(decode_mma_supported(decode_problem({100, 3000}, 32, 2, head), &why), head <= 128)
         << head << " with GQA 16: " << why;
   }
+  EXPECT_EQ(why, "head_size 512 with a GQA ratio above 8");
+  EXPECT_FALSE(decode_mma_supported(decode_problem({100}, 32, 2, 256), &why));
   EXPECT_EQ(why, "head_size 256 with a GQA ratio above 8");
   EXPECT_FALSE(decode_mma_supported(decode_problem({100}, 32, 2, 192), &why));
   EXPECT_EQ(why, "head_size 192 with a GQA ratio above 8");
-  for (int head : {16, 32, 48, 72, 120, 144, 160, 176, 208, 224, 240, 512}) {
+  for (int head : {16, 32, 48, 72, 120, 144, 160, 176, 208, 224, 240, 320, 1024}) {
     EXPECT_FALSE(decode_mma_head_instance(head)) << head;
     EXPECT_FALSE(decode_mma_supported(decode_problem({100}, 32, 8, head), &why)) << head;
-    EXPECT_EQ(why.rfind("head_size is not 64, 80, 96, 112, 128, 192 or 256", 0), 0u) << why;
+    EXPECT_EQ(why.rfind("head_size is not 64, 80, 96, 112, 128, 192, 256 or 512", 0), 0u) << why;
   }
   ProblemDesc f8 = decode_problem({100}, 32, 8, 80);
   f8.cache_dtype = DType::kFloat8E4M3;
@@ -732,7 +734,17 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
     for (int gqa : {4, 16})
       EXPECT_EQ(decode_mma_slots(head, gqa, kH200Units, kH200Smem), 2 * kH200Units) << head;
   }
-  for (int head : {64, 128, 192, 256}) EXPECT_EQ(decode_mma_row_elems(head), head);
+  for (int head : {64, 128, 192, 256, 512}) EXPECT_EQ(decode_mma_row_elems(head), head);
+  // Head 512: 2 warps and 32-token tiles (64 KB of K + V per stage), one CTA per SM.
+  EXPECT_EQ(decode_mma_warps(512), 2);
+  EXPECT_EQ(decode_mma_tile_tokens(512), 32);
+  for (int head : {64, 80, 128, 192, 256}) EXPECT_EQ(decode_mma_tile_tokens(head), kDecodeTileTokens);
+  EXPECT_EQ(decode_mma_smem_bytes(512), 3 * 2 * 32 * 1024 + 16 * 512 * 2 + 512);
+  EXPECT_LE(decode_mma_smem_bytes(512), kH200Smem);
+  EXPECT_EQ(decode_mma_slots(512, 8, kH200Units, kH200Smem), kH200Units);
+  // Its cluster receive buffer does not fit beside the stages: no cluster merge.
+  EXPECT_GT(decode_mma_smem_bytes(512) + decode_cluster_rx_max_bytes(512), kH200Smem);
+  EXPECT_FALSE(decode_mma_config(decode_problem({3000}, 32, 8, 512), synthetic_h200(), 0).cluster_merge);
   // 3 stages of 64 tokens x 384 bytes for K and V, 16 query rows, 512 bytes of alignment.
   EXPECT_EQ(decode_mma_smem_bytes(192), 3 * 2 * 64 * 384 + 16 * 192 * 2 + 512);
   EXPECT_EQ(decode_mma_slots(192, 8, kH200Units, kH200Smem), kH200Units);
@@ -751,7 +763,7 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
 
 // `explain` names the instance and says why its shared-memory rows are padded.
 TEST(DecodeMmaSupport, ExplainNamesTheHeadInstance) {
-  for (int head : {80, 96, 112, 192}) {
+  for (int head : {80, 96, 112, 192, 512}) {
     PlanOptions o;
     auto c = select_kernel(decode_problem(std::vector<int>(64, 4096), 32, 8, head),
                            synthetic_h200(), o);
@@ -766,6 +778,10 @@ TEST(DecodeMmaSupport, ExplainNamesTheHeadInstance) {
         << c->reason;
     EXPECT_NE(c->reason.find(head > 128 ? "1 CTA(s) per SM" : "2 CTA(s) per SM"),
               std::string::npos)
+        << c->reason;
+    EXPECT_EQ(c->tile_tokens, head == 512 ? 32 : 64);
+    EXPECT_EQ(c->threads_per_block, head == 512 ? 64 : 128);
+    EXPECT_EQ(c->reason.find("2 warps and 32-token tiles") != std::string::npos, head == 512)
         << c->reason;
   }
   auto t = select_kernel(decode_problem({4096}, 32, 8, 160), synthetic_h200(), PlanOptions{});
@@ -879,7 +895,7 @@ TEST(MatrixCases, Fp8DecodeCasesTakeThePipelinedDecodeKernel) {
   EXPECT_GE(modes.size(), 2u);
 }
 
-// The decode cases of the heads between (dhmid_*) run on the pipelined decode kernel of their
+// The decode cases of the heads between and head 512 (dhmid_*) run on the pipelined decode kernel of their
 // own head size on an H200, in more than one merge mode.
 TEST(MatrixCases, MidHeadDecodeCasesTakeTheirInstance) {
   int n = 0;
@@ -895,8 +911,8 @@ TEST(MatrixCases, MidHeadDecodeCasesTakeTheirInstance) {
     modes[route.substr(0, route.rfind(' '))]++;
     heads[c.head_size]++;
   }
-  EXPECT_EQ(n, 9);
-  EXPECT_EQ(heads.size(), 4u);
+  EXPECT_EQ(n, 11);
+  EXPECT_EQ(heads.size(), 5u);
   EXPECT_GE(modes.size(), 2u);
 }
 

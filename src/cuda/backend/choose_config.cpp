@@ -28,6 +28,10 @@ std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
     r += "; shared-memory rows of " + std::to_string(row) +
          " elements, as the swizzle permutes 16-byte chunks in groups of 8: the chunks past "
          "the head are never copied from the cache nor read";
+  if (h > 256)
+    r += "; 2 warps and 32-token tiles, as a 64-token K + V tile pair is 128 KB of shared "
+         "memory; Q^T fragments reloaded from shared memory per k-step pair, as the 128 O^T "
+         "accumulators leave no registers for them";
   r += "; " + std::to_string(per_sm) + " CTA(s) per SM)";
   return r;
 }
@@ -46,18 +50,18 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   }
   if (fast && options.tile_tokens > 0) {
     fast = false;
-    why_not = "tile_tokens forced (the decode path's tile is fixed at 64)";
+    why_not = "tile_tokens forced (the decode path's tile is fixed: 64 tokens, 32 for head 512)";
   }
   if (fast) {
     KernelChoice c;
     c.kernel = KernelId::kCudaDecodeMMA;
     c.access = problem.access;
-    c.tile_tokens = kDecodeTileTokens;
+    c.tile_tokens = decode_mma_tile_tokens(problem.head_size);
     const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options);
     const int chunk = cut.chunk_tokens;
     c.num_splits = cut.num_splits;
     c.shared_memory_bytes = cut.pair_heads ? decode_mma_smem_bytes(128) : smem;
-    c.threads_per_block = kDecodeThreads;
+    c.threads_per_block = 32 * decode_mma_warps(problem.head_size);
     const bool fp8 = decode_mma_kv_bytes(problem) == 1;
     c.reason = "decode fast path: all rows are decodes, " +
                (fp8 ? std::string(to_string(problem.cache_dtype)) + " cache (" +
@@ -80,7 +84,10 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                        "which has no paired form, or the device lacks shared memory for the "
                        "head-128 stages); ") +
                std::to_string(decode_mma_stages(problem.head_size, decode_mma_kv_bytes(problem))) +
-               "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
+               "-stage per-warp cp.async pipeline of " +
+               std::to_string(decode_mma_tile_tokens(problem.head_size)) + "-token K/V tiles (" +
+               std::to_string(decode_mma_warps(problem.head_size)) +
+               " warps of 16 tokens; independent of block_size " +
                std::to_string(problem.block_size) + "); splits of " + std::to_string(chunk) +
                " tokens (" +
                (cut.batch_invariant

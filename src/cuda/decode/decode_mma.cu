@@ -35,6 +35,7 @@ Status launch_heads(const DecodeParams& p, int head, bool bf16, bool fp8, bool p
     case 96: return decode::launch_head_call<96>(p, bf16, layout, gr, st);
     case 112: return decode::launch_head_call<112>(p, bf16, layout, gr, st);
     case 192: return decode::launch_head_call<192>(p, bf16, layout, gr, st);
+    case 512: return decode::launch_head_call<512>(p, bf16, layout, gr, st);
     case 256:
       return bf16 ? launch_layout<__nv_bfloat16, 256>(p, layout, gr, st)
                   : launch_layout<__half, 256>(p, layout, gr, st);
@@ -64,8 +65,9 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   p.v_blk = b32(cs.v_blk); p.v_head = cs.v_head; p.v_tok = b32(cs.v_tok);
   p.v_dim = b32(cs.v_dim);
   p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
-  p.step_q = kDecodeTileTokens / block_size;
-  p.step_r = kDecodeTileTokens % block_size;
+  const int head_tile = decode_mma_tile_tokens(static_cast<int>(args.query.shape[2]));
+  p.step_q = head_tile / block_size;
+  p.step_r = head_tile % block_size;
   const int num_heads = static_cast<int>(args.query.shape[1]);
   const int head = static_cast<int>(args.query.shape[2]);
   // Pairs (decode_mma_pairs_heads): the grid's KV head g is the two real heads 2g, 2g + 1,

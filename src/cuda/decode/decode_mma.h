@@ -168,11 +168,19 @@ constexpr int decode_mma_stages(int head_size, int kv_bytes) {
 
 /// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128
 /// and 256 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
-/// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7 and 12 for the heads between).
+/// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7, 12 and 32 for the new heads).
 constexpr bool decode_mma_head_instance(int head_size) {
   return head_size == 64 || head_size == 80 || head_size == 96 || head_size == 112 ||
-         head_size == 128 || head_size == 192 || head_size == 256;
+         head_size == 128 || head_size == 192 || head_size == 256 || head_size == 512;
 }
+
+/// Warps per CTA of the pipelined kernel (each computes 16 tokens of every tile): 4, and 2
+/// for head 512, whose 64-token K + V tile pair alone is 128 KB of shared memory: its tiles
+/// are 32 tokens (64 KB per stage, 3 stages in 192 KB, one CTA per SM).
+constexpr int decode_mma_warps(int head_size) { return head_size > 256 ? 2 : 4; }
+/// KV tokens per pipeline stage for `head_size`: kDecodeTileTokens, 32 for head 512. Splits
+/// stay multiples of kDecodeTileTokens (whole tiles of either size).
+constexpr int decode_mma_tile_tokens(int head_size) { return 16 * decode_mma_warps(head_size); }
 
 /// Elements per 16-bit shared-memory row of the kernel (query rows and 16-bit K/V tile rows):
 /// head_size rounded up to 64 (128 bytes), because the XOR swizzle permutes the 16-byte
@@ -188,7 +196,7 @@ constexpr int decode_mma_row_elems(int head_size) { return (head_size + 63) / 64
 inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
   const std::int64_t row = kv_bytes == 2 ? std::int64_t{decode_mma_row_elems(head_size)} * 2
                                          : std::int64_t{head_size} * kv_bytes;
-  const std::int64_t tile = std::int64_t{kDecodeTileTokens} * row;
+  const std::int64_t tile = std::int64_t{decode_mma_tile_tokens(head_size)} * row;
   return decode_mma_stages(head_size, kv_bytes) * 2 * tile +
          16 * decode_mma_row_elems(head_size) * 2 + (row > 256 ? 512 : 256);
 }
@@ -203,9 +211,9 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
 /// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
-/// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192
-/// or 256 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches: heads
-/// 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
+/// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192,
+/// 256 or 512 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches:
+/// heads 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
 /// layout block_size % 8 == 0 (16-bit caches) / % 16 == 0 (fp8): 16-byte value chunks must not
 /// cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.

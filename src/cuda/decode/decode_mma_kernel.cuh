@@ -41,8 +41,10 @@ struct TokenCursor {
     blk = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tok)));
     off = tok - blk * p.block_size;
   }
+  // p.step_q / step_r are those of STEP tokens (decode_mma_run: the kernel's tile).
+  template <int STEP = kDecodeTileTokens>
   __device__ __forceinline__ void advance(const DecodeParams& p) {
-    t += kDecodeTileTokens;
+    t += STEP;
     blk += p.step_q;
     off += p.step_r;
     if (off >= p.block_size) {
@@ -85,14 +87,17 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 //    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
 //    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
-__global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * NT))
+__global__ void __launch_bounds__(32 * decode_mma_warps(HEAD), decode_mma_reg_ctas(HEAD, 8 * NT))
     decode_mma_kernel(const DecodeParams p) {
   static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
   constexpr bool F8 = KV != kKvSame;
   static_assert(!F8 || (!PAIR && std::is_same<T, __half>::value), "fp8: unpaired, fp16 MMAs");
   constexpr int EB = F8 ? 1 : 2;  // bytes per cache element
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
-  constexpr int TOK = kDecodeTileTokens;
+  // Head 512: 2 warps and 32-token tiles (decode_mma_warps); 4 and 64 otherwise.
+  constexpr int WARPS = decode_mma_warps(HEAD);
+  constexpr int NTHR = 32 * WARPS;
+  constexpr int TOK = decode_mma_tile_tokens(HEAD);
   constexpr int CH = HEAD / 8;  // 16-byte chunks per query row
   constexpr int CHB = HEAD * EB / 16;  // 16-byte chunks per cache row
   // nhd/hnd copies: lanes per token row (8: whole 128-byte lines; 4 for 64-byte fp8 rows).
@@ -117,6 +122,9 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
   constexpr bool POW2_ROW = (PB & (PB - 1)) == 0;
   constexpr int KSTEPS = HEAD / 16;
   constexpr int QJ = (KSTEPS + 1) / 2;  // x4 loads of Q^T fragments (two k-steps each)
+  // Head 512: the 128 accumulators of O^T leave no room for the 64 registers of Q^T's
+  // fragments (ptxas spilled ~230 bytes): they are reloaded from shared memory per k-step pair.
+  constexpr bool QREG = HEAD <= 256;
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
   constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
@@ -323,7 +331,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     if (has_work) {
       // Query rows of the GQA group (rows >= gqa are zero and never written back).
       // Pairs: a column's 64 dims go to its KV head's half of the row, the other half is zero.
-      for (int i = tid; i < NH * CH; i += kDecodeThreads) {
+      for (int i = tid; i < NH * CH; i += NTHR) {
         const int r = i / CH, c = i % CH;
         const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa));
         const int qc = PAIR ? c % (CH / 2) : c;
@@ -364,7 +372,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           kid[i] = ok ? __ldg(bt + kc[i].blk * p.bt_blk) : 0;
           koff[i] = ok ? kc[i].off : 0;
           kok[i] = ok;
-          kc[i].advance(p);
+          kc[i].template advance<TOK>(p);
         }
         if constexpr (SPLIT) {
           // A value chunk is 8 tokens of one head dim, inside one block (block_size % 8 == 0);
@@ -374,7 +382,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           vid = any ? __ldg(bt + vc.blk * p.bt_blk) : 0;
           voff = any ? vc.off : 0;
           vbytes = any ? EB * min(VCT, len - vc.t) : 0;
-          vc.advance(p);
+          vc.template advance<TOK>(p);
         }
       };
       auto issue_tile = [&](int stage) {
@@ -446,7 +454,12 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       cp_async_wait<STAGES - 1>();  // the query group
       __syncthreads();
 
-      unsigned qf[NT][QJ][4];
+      unsigned qf[NT][QREG ? QJ : 1][4];
+      // !QREG: this lane's ldmatrix address of Q^T pair 0 (row lane % 8, chunk lane / 8);
+      // pair j is chunk 4j + lane / 8, i.e. the offset in the row XORed by 64 j (rows of
+      // 1024 bytes: the swizzle c ^ (r % 8) only touches the chunk's low 3 bits).
+      const unsigned q_row = smem_addr(sQ + (lane & 7) * QP);
+      const unsigned q_off = static_cast<unsigned>(((lane >> 3) ^ (lane & 7)) << 4);
       if constexpr (F8) {
         if (p.q_bf16) {
           // bf16 query -> fp16 in place, head row r times 2^s_r with s_r = 14 - exponent of its
@@ -491,11 +504,13 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1. An odd
         // KSTEPS (heads 80, 112): the last load's matrices 2-3 are chunks of the padded row
         // past the head, never used.
+        if constexpr (QREG) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int j = 0; j < QJ; ++j)
-            ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), QP)));
+            for (int j = 0; j < QJ; ++j)
+              ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), QP)));
+        }
       }
       // fp8: the score multiplier of each column (softmax scale, k_scale, the query's scale).
       float cmul[NT][2];
@@ -569,10 +584,14 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
           const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
           unsigned a[4];
           ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : chunk_off(kst, ks));
+          if constexpr (!QREG) {
+            static_assert(NT == 1 && !PAIR, "head 512: GQA <= 8, unpaired");
+            if ((ks & 1) == 0) ldmatrix_x4(qf[0][0], q_row + (q_off ^ ((ks >> 1) * 64u)));
+          }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
-            const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
+            const unsigned b0 = qf[nt][QREG ? ks >> 1 : 0][(ks & 1) * 2];
+            const unsigned b1 = qf[nt][QREG ? ks >> 1 : 0][(ks & 1) * 2 + 1];
             if (kk & 1) mma16816<T>(sc2[nt], a, b0, b1);
             else mma16816<T>(sc[nt], a, b0, b1);
           }
@@ -656,10 +675,10 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     __syncthreads();
 
     // Merge the four warps' states (fixed order: deterministic). Maxima in log2 units.
-    float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
-    float* red_l = red_m + 4 * NH;                      // [4][NH]
+    float* red_m = reinterpret_cast<float*>(smem_raw);  // [WARPS][NH]
+    float* red_l = red_m + WARPS * NH;                  // [WARPS][NH]
     float* fin = red_l + 4 * NH;                        // [2][NH]: scale, LSE per head
-    float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
+    float* so = fin + 2 * NH;                           // [WARPS][NH][SO_PITCH]
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -681,13 +700,13 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
         const int h = nt * 8 + 2 * (lane & 3) + b;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
+        for (int w = 0; w < WARPS; ++w) M = fmaxf(M, red_m[w * NH + h]);
         const float base = softmax_base(M);
         f[nt][b] = ex2(m_run[nt][b] - base);
         if (warp == 0 && lane < 4) {
           float L = 0.f;
 #pragma unroll
-          for (int w = 0; w < 4; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
+          for (int w = 0; w < WARPS; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
           // Per head, once: the factor that turns the summed accumulator into this CTA's
           // output (or partial output) and the LSE that goes with it (natural log). A split
           // without keys (cluster mode only) has L = 0 and M = -inf: weight 0 in the merge.
@@ -731,13 +750,13 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
     const unsigned rank = p.cluster ? cluster_rank() : 0u;
     const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
     if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
-    for (int i = tid; i < p.gqa * HO; i += kDecodeThreads) {
+    for (int i = tid; i < p.gqa * HO; i += NTHR) {
       const int r = i / HO, d = i % HO;
       const int h = g * p.gqa + r;
       const int sd = PAIR && 2 * r >= p.gqa ? d + HO : d;  // O^T's row of output dim d
       float acc = 0.f;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
+      for (int w = 0; w < WARPS; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
       const float v = acc * fin[r];
       const float lse = fin[NH + r];
       if (p.cluster) {
@@ -768,7 +787,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_mma_reg_ctas(HEAD, 8 * 
       const float* rx_l = rx + csize * p.cl_share;
       const int first = static_cast<int>(rank) * p.cl_share;
       const int mine = min(p.cl_share, p.gqa * HO - first);
-      for (int e = tid; e < mine; e += kDecodeThreads) {
+      for (int e = tid; e < mine; e += NTHR) {
         const int i = first + e;
         const int r = i / HO, d = i % HO;
         const int h = g * p.gqa + r;

@@ -34,7 +34,7 @@ struct DecodeGrid {
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
                        const DecodeGrid& gr, cudaStream_t stream);
 
-/// Launch the 16-bit-cache kernels of head HEAD (80, 96, 112 or 192; explicitly instantiated
+/// Launch the 16-bit-cache kernels of head HEAD (80, 96, 112, 192 or 512; explicitly instantiated
 /// in decode_mma_h<HEAD>.cu, one TU per head so that they compile in parallel) for a
 /// `bf16` (else fp16) query and cache and `layout`, then the merge kernel when the call has
 /// splits. Errors: kInternal when a launch fails.
@@ -168,12 +168,12 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
-    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kDecodeThreads, static_cast<std::size_t>(smem),
+    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, 32 * decode_mma_warps(HEAD), static_cast<std::size_t>(smem),
                                         static_cast<unsigned>(gr.num_splits), stream, p),
                    "decode_mma: cluster launch");
     return Status::Ok();
   }
-  kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
+  kernel<<<grid, 32 * decode_mma_warps(HEAD), smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
     const int groups =

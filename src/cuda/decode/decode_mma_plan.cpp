@@ -48,14 +48,15 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   // One compile-time instance per head size (decode_mma_head_instance); a head between them
   // would need the instance above with runtime-masked dims, which the kernel does not have.
   if (!decode_mma_head_instance(pr.head_size))
-    return no("head_size is not 64, 80, 96, 112, 128, 192 or 256 (the decode kernel's "
+    return no("head_size is not 64, 80, 96, 112, 128, 192, 256 or 512 (the decode kernel's "
               "instances)");
   if (fp8 && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
     return no("fp8 cache with head_size other than 64, 128 or 256");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
   if (pr.head_size > 128 && pr.gqa_ratio() > 8)
-    return no(pr.head_size == 256 ? "head_size 256 with a GQA ratio above 8"
-                                  : "head_size 192 with a GQA ratio above 8");
+    return no(pr.head_size == 256   ? "head_size 256 with a GQA ratio above 8"
+              : pr.head_size == 192 ? "head_size 192 with a GQA ratio above 8"
+                                    : "head_size 512 with a GQA ratio above 8");
   if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
     return no("split layout with block_size % 8 != 0");
   // An fp8 value chunk is 16 tokens of one head dim.
