@@ -158,6 +158,8 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
         {192, KVLayout::kNHD, 32, 16, 2, b16, 3, 0},   {192, KVLayout::kHND, 16, 3, 1, f16, 2, 3},
         {192, KVLayout::kSplit, 16, 8, 8, b16, 1, 0},
         {512, KVLayout::kNHD, 16, 16, 2, b16, 1, 3},   {512, KVLayout::kSplit, 8, 4, 4, f16, 2, 0},
+        // Split layout at block size 1, run as nhd rows (decode_mma_split_as_rows).
+        {80, KVLayout::kSplit, 1, 8, 2, b16, 3, 0},    {128, KVLayout::kSplit, 1, 32, 8, f16, 0, 0},
     };
     int i = 0;
     for (const HMid& d : hs) {

@@ -35,7 +35,7 @@ std::vector<CaseConfig> head_cases() {
   for (int head : {80, 96, 112, 192, 512})
     for (DType q : {DType::kBFloat16, DType::kFloat16})
       for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
-        const std::vector<int> blocks = layout == KVLayout::kSplit ? std::vector<int>{8, 16, 32}
+        const std::vector<int> blocks = layout == KVLayout::kSplit ? std::vector<int>{1, 8, 16, 32}
                                                                    : std::vector<int>{1, 7, 16, 32};
         // GQA 16 needs two column tiles (heads up to 112; 192 takes at most 8).
         const std::vector<int> gqas = head > 128 ? std::vector<int>{1, 3, 4, 8}
@@ -89,12 +89,42 @@ std::vector<CaseConfig> head_cases() {
   return out;
 }
 
+/// Split layout at block size 1 (16-bit caches, every head size of the fast path): run as
+/// nhd rows (decode_mma_split_as_rows), also with padded pages (which change the block
+/// stride only) and the merge modes.
+std::vector<CaseConfig> split_bs1_cases() {
+  std::vector<CaseConfig> out;
+  int n = 0;
+  for (int head : {64, 80, 128, 192, 256, 512})
+    for (DType q : {DType::kBFloat16, DType::kFloat16}) {
+      CaseConfig c;
+      c.device = Device::cuda();
+      c.layout = KVLayout::kSplit;
+      c.block_size = 1;
+      c.num_kv_heads = 2;
+      c.num_heads = 2 * (head > 128 ? 8 : n % 2 ? 16 : 4);
+      c.head_size = head;
+      c.dtype = q;
+      c.kv_dtype = q;
+      c.seq_lens = {1, 17, 64, 65, 700, 3000, 40};
+      c.query_lens = {1, 1, 1, 1, 1, 1, 0};
+      c.page_pad = n % 3 == 1 ? 8 : 0;
+      c.seed = 9100 + static_cast<std::uint64_t>(n);
+      if (n % 4 == 2) c.plan.num_splits = 3;
+      if (n % 4 == 3) { c.sliding_window = 100; c.sinks = true; }
+      out.push_back(c);
+      ++n;
+    }
+  return out;
+}
+
 std::string param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
   return testing::case_name(info.param) + "_" + std::to_string(info.index);
 }
 
-void expect_decode_path_matches(const CaseConfig& config) {
+void expect_decode_path_matches(const CaseConfig& config, std::string* reason = nullptr) {
   const CaseResult result = testing::run_case(config);
+  if (reason) *reason = result.choice.reason;
   ASSERT_TRUE(result.status.ok()) << result.status.to_string();
   EXPECT_GT(result.elements_checked, 0);
   EXPECT_EQ(result.choice.kernel, KernelId::kCudaDecodeMMA) << result.choice.reason;
@@ -114,6 +144,19 @@ TEST_P(CudaDecodeHeads, MatchesOracleOnTheDecodeFastPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeHeads, ::testing::ValuesIn(head_cases()), param_name);
+
+class CudaDecodeSplitBs1 : public ::testing::TestWithParam<CaseConfig> {};
+
+TEST_P(CudaDecodeSplitBs1, RunsAsRowsAndMatchesTheOracle) {
+  PA_SKIP_WITHOUT_GPU();
+  std::string why;
+  ASSERT_NO_FATAL_FAILURE(expect_decode_path_matches(GetParam(), &why));
+  EXPECT_NE(why.find("split layout at block size 1 run by the nhd kernel"), std::string::npos)
+      << why;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeSplitBs1, ::testing::ValuesIn(split_bs1_cases()),
+                         param_name);
 
 /// More than 65535 sequences: gridDim.z of the split kernel and gridDim.y of the merge kernel
 /// stop at 65535, so decode_mma_run launches the batch in parts with offset metadata and

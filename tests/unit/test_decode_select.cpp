@@ -761,6 +761,48 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
   }
 }
 
+// Split layout at block size 1 (16-bit caches) takes the fast path, run as nhd rows; other
+// block sizes not a multiple of 8 and fp8 caches at block size 1 keep the tiled kernel.
+TEST(DecodeMmaSupport, SplitLayoutAtBlockSize1RunsAsRows) {
+  std::string why;
+  for (int head : {64, 80, 128, 256, 512}) {
+    ProblemDesc p = decode_problem({300, 5}, 32, 8, head);
+    p.layout = KVLayout::kSplit;
+    p.block_size = 1;
+    EXPECT_TRUE(decode_mma_rows_supported(p, &why)) << head << ": " << why;
+    auto c = select_kernel(p, synthetic_h200(), PlanOptions{});
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(c->kernel, KernelId::kCudaDecodeMMA) << c->reason;
+    EXPECT_NE(c->reason.find("split layout at block size 1 run by the nhd kernel"),
+              std::string::npos)
+        << c->reason;
+    p.block_size = 7;
+    EXPECT_FALSE(decode_mma_rows_supported(p, &why));
+    EXPECT_EQ(why, "split layout with block_size % 8 != 0 (other than 1)");
+  }
+  ProblemDesc f8 = decode_problem({300}, 32, 8, 128);
+  f8.layout = KVLayout::kSplit;
+  f8.block_size = 1;
+  f8.cache_dtype = DType::kFloat8E4M3;
+  EXPECT_FALSE(decode_mma_rows_supported(f8, &why));
+  EXPECT_EQ(why, "split layout with block_size % 8 != 0");
+
+  // The run-time form: a dense block-size-1 split cache is rows; other strides fall back.
+  const std::int64_t heads = 8, d = 128;
+  KVCache cache;
+  cache.layout = KVLayout::kSplit;
+  cache.key = TensorView::strided(nullptr, DType::kBFloat16, {10, heads, d / 8, 1, 8},
+                                  {heads * d, d, 8, 8, 1}, Device::cuda(0));
+  cache.value = TensorView::strided(nullptr, DType::kBFloat16, {10, heads, d, 1},
+                                    {heads * d, d, 1, 1}, Device::cuda(0));
+  EXPECT_TRUE(decode_mma_split_as_rows(cache));
+  cache.key.dtype = cache.value.dtype = DType::kFloat8E4M3;
+  EXPECT_FALSE(decode_mma_split_as_rows(cache));
+  cache.key.dtype = cache.value.dtype = DType::kBFloat16;
+  cache.key.shape[3] = cache.value.shape[3] = 16;
+  EXPECT_FALSE(decode_mma_split_as_rows(cache));
+}
+
 // `explain` names the instance and says why its shared-memory rows are padded.
 TEST(DecodeMmaSupport, ExplainNamesTheHeadInstance) {
   for (int head : {80, 96, 112, 192, 512}) {
@@ -911,8 +953,8 @@ TEST(MatrixCases, MidHeadDecodeCasesTakeTheirInstance) {
     modes[route.substr(0, route.rfind(' '))]++;
     heads[c.head_size]++;
   }
-  EXPECT_EQ(n, 11);
-  EXPECT_EQ(heads.size(), 5u);
+  EXPECT_EQ(n, 13);
+  EXPECT_EQ(heads.size(), 6u);  // and head 128 in the split layout at block size 1
   EXPECT_GE(modes.size(), 2u);
 }
 

@@ -33,6 +33,10 @@ std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
          "memory; Q^T fragments reloaded from shared memory per k-step pair, as the 128 O^T "
          "accumulators leave no registers for them";
   r += "; " + std::to_string(per_sm) + " CTA(s) per SM)";
+  if (pr.layout == KVLayout::kSplit && pr.block_size == 1)
+    r += "; split layout at block size 1 run by the nhd kernel: each block is one token whose "
+         "8-element key chunks and value dims are contiguous, i.e. a row (whole 128-byte lines "
+         "per copy; the split kernel's 8-token value chunks would cross blocks)";
   return r;
 }
 

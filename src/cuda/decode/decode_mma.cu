@@ -132,6 +132,16 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
+  KVLayout layout = args.cache.layout;
+  if (decode_mma_split_as_rows(args.cache)) {
+    // Block size 1: every token is alone in its block (offset 0), its 8-element key chunks
+    // 16 bytes apart and its value dims adjacent (decode_mma_aligned_strides): the nhd
+    // kernel's rows at the block strides, with whole 128-byte lines per copy, where the split
+    // kernel would copy 2-byte value pieces.
+    layout = KVLayout::kNHD;
+    p.k_tok = 0;
+    p.v_tok = 0;
+  }
   if (num_seqs > kDecodeMaxGridSeqs && !p.work_list && !p.cluster) {
     // gridDim.z (the split kernel) and gridDim.y (the merge kernel) stop at 65535: the
     // sequences run in consecutive launches of at most that many, each with its sequences'
@@ -152,12 +162,12 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
       q.num_seqs = n;
       decode::DecodeGrid g2 = gr;
       g2.num_seqs = n;
-      const Status st2 = launch_heads(q, head, bf16, fp8, pair, kv, args.cache.layout, g2, st);
+      const Status st2 = launch_heads(q, head, bf16, fp8, pair, kv, layout, g2, st);
       if (!st2.ok()) return st2;
     }
     return Status::Ok();
   }
-  return launch_heads(p, head, bf16, fp8, pair, kv, args.cache.layout, gr, st);
+  return launch_heads(p, head, bf16, fp8, pair, kv, layout, gr, st);
 }
 
 }  // namespace pagedattn::cuda

@@ -214,8 +214,8 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 /// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192,
 /// 256 or 512 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches:
 /// heads 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
-/// layout block_size % 8 == 0 (16-bit caches) / % 16 == 0 (fp8): 16-byte value chunks must not
-/// cross a block. Alignment of strides and pointers is checked per call
+/// layout block_size % 8 == 0 (16-bit caches; or 1: decode_mma_split_as_rows) / % 16 == 0
+/// (fp8): 16-byte value chunks must not cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.
 bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
 /// The same rules without "every sequence a decode": whether the decode rows of a mixed batch
@@ -225,6 +225,11 @@ bool decode_mma_rows_supported(const ProblemDesc& problem, std::string* why_not)
 /// True when every stride (except the innermost) of the cache, query and output is a multiple
 /// of 8 elements, as 16-byte cp.async needs (checked at plan time).
 bool decode_mma_aligned_strides(const AttentionArgs& args);
+/// Whether `cache` is a 16-bit split-layout cache of block size 1, which the fast path runs
+/// with the nhd kernel: key [blocks, heads, dim / 8, 1, 8] and value [blocks, heads, dim, 1]
+/// hold each token's dims in order, as a row (decode_mma_aligned_strides requires the chunk
+/// and dim strides 8 and 1). The split kernel's 8-token value chunks would cross blocks.
+bool decode_mma_split_as_rows(const KVCache& cache);
 /// decode_mma_aligned_strides and 16-byte aligned base pointers (checked at run time; an
 /// unaligned call takes the planned tiled fallback).
 bool decode_mma_aligned(const AttentionArgs& args);

@@ -57,8 +57,11 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
     return no(pr.head_size == 256   ? "head_size 256 with a GQA ratio above 8"
               : pr.head_size == 192 ? "head_size 192 with a GQA ratio above 8"
                                     : "head_size 512 with a GQA ratio above 8");
-  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
-    return no("split layout with block_size % 8 != 0");
+  // Block size 1 (16-bit caches): a block is one token whose key chunks and value dims are
+  // contiguous, the nhd kernel's rows (decode_mma_split_as_rows).
+  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0 && !(pr.block_size == 1 && !fp8))
+    return no(fp8 ? "split layout with block_size % 8 != 0"
+                  : "split layout with block_size % 8 != 0 (other than 1)");
   // An fp8 value chunk is 16 tokens of one head dim.
   if (fp8 && pr.layout == KVLayout::kSplit && pr.block_size % 16 != 0)
     return no("fp8 split layout with block_size % 16 != 0");
@@ -67,8 +70,20 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   return true;
 }
 
+bool decode_mma_split_as_rows(const KVCache& cache) {
+  const bool b16 = cache.key.dtype == DType::kFloat16 || cache.key.dtype == DType::kBFloat16;
+  return cache.layout == KVLayout::kSplit && b16 && cache.key.ndim == 5 &&
+         cache.value.ndim == 4 && cache.key.shape[3] == 1 && cache.value.shape[3] == 1 &&
+         cache.key.shape[4] == 8;
+}
+
 bool decode_mma_aligned_strides(const AttentionArgs& args) {
   if (!mma_copy_aligned_strides(args)) return false;
+  // Split layout at block size 1 runs as rows: the key's 8-element chunks and the value's dims
+  // must follow each other (dense within the block, as KVCacheSpec allocates them).
+  if (decode_mma_split_as_rows(args.cache) &&
+      (args.cache.key.strides[2] != 8 || args.cache.value.strides[2] != 1))
+    return false;
   // fp8 caches: 16 bytes are 16 elements.
   const DType kv = args.cache.key.dtype;
   if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
