@@ -31,7 +31,15 @@
 //    dtype (a bf16 query is rescaled by a power of two per head into fp16 in shared memory);
 //    k_scale joins the softmax scale, v_scale the final normalisation (decode_mma.cu explains
 //    the permuted k-steps that let ldmatrix move fp8 bytes);
-//  - head 256 (GQA <= 8) runs one CTA per SM (its three stages take 192 KB of shared memory).
+//  - head 256 (GQA <= 8) runs one CTA per SM (its three stages take 192 KB of shared memory);
+//  - heads 80, 96, 112 and 192 (16-bit caches) are instances of their own (HEAD / 16 k-steps
+//    and O^T row tiles; decode_mma_h<HEAD>.cu): 80-112 keep 128-element shared-memory rows
+//    (the swizzle permutes 16-byte chunks in groups of 8; the chunks past the head are never
+//    copied nor read), 192 has 384-byte rows swizzled per 128-byte group; head 512 (GQA <= 8)
+//    runs 2 warps on 32-token tiles (decode_mma_warps) and reloads Q^T's fragments from shared
+//    memory per k-step pair; other head sizes keep the tiled kernel;
+//  - the split layout at block size 1 (16-bit caches) runs the nhd kernel
+//    (decode_mma_split_as_rows), and calls of more than 65535 sequences launch in parts.
 #pragma once
 
 #include <algorithm>
