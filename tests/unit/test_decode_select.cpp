@@ -739,7 +739,7 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
   EXPECT_EQ(decode_mma_warps(512), 2);
   EXPECT_EQ(decode_mma_tile_tokens(512), 32);
   for (int head : {64, 80, 128, 192, 256}) EXPECT_EQ(decode_mma_tile_tokens(head), kDecodeTileTokens);
-  EXPECT_EQ(decode_mma_smem_bytes(512), 3 * 2 * 32 * 1024 + 16 * 512 * 2 + 512);
+  EXPECT_EQ(decode_mma_smem_bytes(512), 3 * 2 * 32 * 1024 + 16 * 512 * 2 + 1024);
   EXPECT_LE(decode_mma_smem_bytes(512), kH200Smem);
   EXPECT_EQ(decode_mma_slots(512, 8, kH200Units, kH200Smem), kH200Units);
   // Its cluster receive buffer does not fit beside the stages: no cluster merge.

@@ -199,14 +199,14 @@ constexpr int decode_mma_row_elems(int head_size) { return (head_size + 63) / 64
 /// Dynamic shared memory of one CTA: the pipeline stages (K and V tiles of 64 unpadded,
 /// swizzled token rows of `kv_bytes`-byte cache elements: 2 for fp16/bf16, 1 for fp8; 16-bit
 /// rows of decode_mma_row_elems) plus 16 query rows (16-bit, decode_mma_row_elems) and the
-/// slack to align the tiles to their row size (256 bytes, 512 for rows over 256 bytes, whose
-/// swizzle XORs address bits above 7).
+/// slack to align the tiles to their row size (256 bytes, 512 for rows over 256 bytes, 1024 for
+/// the 1024-byte rows of head 512: the swizzle XORs address bits up to the row size).
 inline std::int64_t decode_mma_smem_bytes(int head_size, int kv_bytes = 2) {
   const std::int64_t row = kv_bytes == 2 ? std::int64_t{decode_mma_row_elems(head_size)} * 2
                                          : std::int64_t{head_size} * kv_bytes;
   const std::int64_t tile = std::int64_t{decode_mma_tile_tokens(head_size)} * row;
   return decode_mma_stages(head_size, kv_bytes) * 2 * tile +
-         16 * decode_mma_row_elems(head_size) * 2 + (row > 256 ? 512 : 256);
+         16 * decode_mma_row_elems(head_size) * 2 + (row > 512 ? 1024 : row > 256 ? 512 : 256);
 }
 
 /// Bytes per cache element of `problem` as the decode kernel stages them (1 for fp8 caches,

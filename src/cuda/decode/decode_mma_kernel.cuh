@@ -135,7 +135,9 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD), decode_mma_reg_ct
   T* sQ = reinterpret_cast<T*>(smem_raw);
   // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
   // reserves the slack).
-  constexpr unsigned AL = PB > 256 ? 512u : 256u;  // the swizzle XORs bits below the row size
+  // The swizzle XORs address bits below the row size (chunk_off: up to bit 9 for the 1024-byte
+  // rows of head 512), so tiles start on a multiple of it (at least 256 bytes).
+  constexpr unsigned AL = PB > 512 ? 1024u : PB > 256 ? 512u : 256u;
   const unsigned sK = (smem_addr(sQ + NH * QP) + (AL - 1)) & ~(AL - 1);
   const unsigned sV = sK + STAGES * TILE_B;
   // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
