@@ -119,6 +119,12 @@ const InvCase kCases[] = {
     {"e4m3_h128", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 128, 32, 8, 4100},
     {"e5m2_h128_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat8E5M2, 128, 32, 8, 1500},
     {"bf16_h256", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 256, 8, 2, 2500},
+    // The heads between (decode_mma_h<HEAD>.cu).
+    {"bf16_h80", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 80, 32, 8, 3000},
+    {"f16_h96_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat16, 96, 16, 4, 2100},
+    {"bf16_h112_gqa16_hnd", KVLayout::kHND, DType::kBFloat16, DType::kBFloat16, 112, 32, 2, 5000},
+    {"bf16_h192", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 192, 16, 2, 2500},
+    {"bf16_h512_split", KVLayout::kSplit, DType::kBFloat16, DType::kBFloat16, 512, 16, 2, 2500},
     // The fp8 instances of issue 21's tuning: head 64 in 6 stages, head 128 with 16 columns
     // (6 stages, 2 CTAs per SM), head 256 (planned at 2 CTAs per SM).
     {"e4m3_h64_split", KVLayout::kSplit, DType::kBFloat16, DType::kFloat8E4M3, 64, 32, 8, 2600},

@@ -221,8 +221,9 @@ TEST(Matrix, QuickSubsetIsSmallAndTouchesEverything) {
   const auto quick = matrix_cases(Device::cpu(), true);
   EXPECT_GE(quick.size(), 30u);
   // 80 before issue 21, plus the fp8 decode fast path's nhd and split cases, head 512 (the
-  // tiled kernel's widest instance), per-KV-head device scales and a batch-invariant plan.
-  EXPECT_LE(quick.size(), 85u);
+  // tiled kernel's widest instance), per-KV-head device scales and a batch-invariant plan,
+  // and two decode cases of the heads between 128 and 256 (80, 192).
+  EXPECT_LE(quick.size(), 87u);
   std::set<std::string> combos, heads, blocks, features, tags, ratios;
   bool padded = false;
   for (const CaseConfig& c : quick) {

@@ -12,6 +12,36 @@
 
 namespace pagedattn::cuda {
 
+namespace {
+
+/// What `explain` says about the decode kernel's instance for the problem's head size.
+std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
+  const int h = pr.head_size;
+  const int row = decode_mma_row_elems(h);
+  const std::int64_t per_sm = decode_mma_slots(h, pr.gqa_ratio(), 1,
+                                               device.max_shared_memory_per_block, 0,
+                                               decode_mma_kv_bytes(pr));
+  std::string r = "the head-" + std::to_string(h) + " instance (" + std::to_string(h / 16) +
+                  " k-steps of 16 dims in S^T = K Q^T, " + std::to_string(h / 16) +
+                  " 16-dim row tiles of O^T = V^T P^T";
+  if (row != h && decode_mma_kv_bytes(pr) == 2)
+    r += "; shared-memory rows of " + std::to_string(row) +
+         " elements, as the swizzle permutes 16-byte chunks in groups of 8: the chunks past "
+         "the head are never copied from the cache nor read";
+  if (h > 256)
+    r += "; 2 warps and 32-token tiles, as a 64-token K + V tile pair is 128 KB of shared "
+         "memory; Q^T fragments reloaded from shared memory per k-step pair, as the 128 O^T "
+         "accumulators leave no registers for them";
+  r += "; " + std::to_string(per_sm) + " CTA(s) per SM)";
+  if (pr.layout == KVLayout::kSplit && pr.block_size == 1)
+    r += "; split layout at block size 1 run by the nhd kernel: each block is one token whose "
+         "8-element key chunks and value dims are contiguous, i.e. a row (whole 128-byte lines "
+         "per copy; the split kernel's 8-token value chunks would cross blocks)";
+  return r;
+}
+
+}  // namespace
+
 Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
                                    const PlanOptions& options) {
   std::string why_not;
@@ -24,13 +54,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   }
   if (fast && options.tile_tokens > 0) {
     fast = false;
-    why_not = "tile_tokens forced (the decode path's tile is fixed at 64)";
+    why_not = "tile_tokens forced (the decode path's tile is fixed: 64 tokens, 32 for head 512)";
   }
   if (fast) {
     KernelChoice c;
     c.kernel = KernelId::kCudaDecodeMMA;
     c.access = problem.access;
-    c.tile_tokens = kDecodeTileTokens;
+    c.tile_tokens = decode_mma_tile_tokens(problem.head_size);
     const DecodeMmaConfig cut = decode_mma_config(problem, device_info, options);
     const int chunk = cut.chunk_tokens;
     c.num_splits = cut.num_splits;
@@ -38,7 +68,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
         cut.pair_heads ? decode_mma_smem_bytes(128)
                        : decode_mma_smem_bytes(problem.head_size, decode_mma_kv_bytes(problem),
                                                problem.gqa_ratio(), !cut.fp8_untuned);
-    c.threads_per_block = kDecodeThreads;
+    c.threads_per_block = 32 * decode_mma_warps(problem.head_size);
     const bool fp8 = decode_mma_kv_bytes(problem) == 1;
     const int kvb = decode_mma_kv_bytes(problem);
     const bool tuned = !fp8 || !cut.fp8_untuned;
@@ -70,7 +100,8 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                           "after the shared-memory load, fp16 MMAs, fp32 accumulation, k_scale "
                           "in the softmax scale, v_scale in the normalisation)"
                     : std::string(to_string(problem.q_dtype)) + " cache") +
-               ", head_size " + std::to_string(problem.head_size) + ", GQA " +
+               ", head_size " + std::to_string(problem.head_size) + " on " +
+               decode_head_note(problem, device_info) + ", GQA " +
                std::to_string(problem.gqa_ratio()) + " in the " +
                (problem.gqa_ratio() > 8 ? "16" : "8") + " MMA columns (16 tokens per warp in the rows); " +
                (cut.pair_heads ? "KV heads paired (each CTA streams two adjacent head-64 KV heads "
@@ -82,8 +113,10 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                      : "KV heads not paired (paired, the call would take the small-call kernel, "
                        "which has no paired form, or the device lacks shared memory for the "
                        "head-128 stages); ") +
-               std::to_string(stages) +
-               "-stage per-warp cp.async pipeline of 64-token K/V tiles (independent of block_size " +
+               std::to_string(stages) + "-stage per-warp cp.async pipeline of " +
+               std::to_string(decode_mma_tile_tokens(problem.head_size)) + "-token K/V tiles (" +
+               std::to_string(decode_mma_warps(problem.head_size)) +
+               " warps of 16 tokens; independent of block_size " +
                std::to_string(problem.block_size) + "), " + std::to_string(per_sm) +
                " CTAs per SM" + (fp8 ? fp8_tiling : std::string()) + "; splits of " +
                std::to_string(chunk) +

@@ -37,6 +37,32 @@ int ctas_16bit_head(int head, int gqa, bool split) {
   return ctas_16bit<T, 256>(gqa, split);
 }
 
+/// The kernel instance of one launch: the fp8 TU, the head-64 pairs, the heads of this TU
+/// (64, 128, 256) or the TU of a head between (decode_mma_h<HEAD>.cu).
+Status launch_heads(const DecodeParams& p, int head, bool bf16, bool fp8, bool pair, DType kv,
+                    KVLayout layout, const decode::DecodeGrid& gr, cudaStream_t st) {
+  if (fp8) return decode::launch_fp8_call(p, head, kv, layout, gr, st);
+  if (pair)
+    return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
+                : launch<__half, 128, false, 1, true>(p, gr, st);
+  switch (head) {
+    case 64:
+      return bf16 ? launch_layout<__nv_bfloat16, 64>(p, layout, gr, st)
+                  : launch_layout<__half, 64>(p, layout, gr, st);
+    case 80: return decode::launch_head_call<80>(p, bf16, layout, gr, st);
+    case 96: return decode::launch_head_call<96>(p, bf16, layout, gr, st);
+    case 112: return decode::launch_head_call<112>(p, bf16, layout, gr, st);
+    case 192: return decode::launch_head_call<192>(p, bf16, layout, gr, st);
+    case 512: return decode::launch_head_call<512>(p, bf16, layout, gr, st);
+    case 256:
+      return bf16 ? launch_layout<__nv_bfloat16, 256>(p, layout, gr, st)
+                  : launch_layout<__half, 256>(p, layout, gr, st);
+    default:
+      return bf16 ? launch_layout<__nv_bfloat16, 128>(p, layout, gr, st)
+                  : launch_layout<__half, 128>(p, layout, gr, st);
+  }
+}
+
 }  // namespace
 
 int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout) {
@@ -66,8 +92,9 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   p.v_blk = b32(cs.v_blk); p.v_head = cs.v_head; p.v_tok = b32(cs.v_tok);
   p.v_dim = b32(cs.v_dim);
   p.bs_div = FastDiv(static_cast<std::uint32_t>(block_size));
-  p.step_q = kDecodeTileTokens / block_size;
-  p.step_r = kDecodeTileTokens % block_size;
+  const int head_tile = decode_mma_tile_tokens(static_cast<int>(args.query.shape[2]));
+  p.step_q = head_tile / block_size;
+  p.step_r = head_tile % block_size;
   const int num_heads = static_cast<int>(args.query.shape[1]);
   const int head = static_cast<int>(args.query.shape[2]);
   // Pairs (decode_mma_pairs_heads): the grid's KV head g is the two real heads 2g, 2g + 1,
@@ -132,19 +159,42 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
     p.cl_div = FastDiv(static_cast<std::uint32_t>(p.cl_share));
   }
   const bool bf16 = args.query.dtype == DType::kBFloat16;
-  if (fp8)
-    return decode::launch_fp8_call(p, head, kv, args.cache.layout, gr, st);
-  if (pair)
-    return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
-                : launch<__half, 128, false, 1, true>(p, gr, st);
-  if (head == 64)
-    return bf16 ? launch_layout<__nv_bfloat16, 64>(p, args.cache.layout, gr, st)
-                : launch_layout<__half, 64>(p, args.cache.layout, gr, st);
-  if (head == 256)
-    return bf16 ? launch_layout<__nv_bfloat16, 256>(p, args.cache.layout, gr, st)
-                : launch_layout<__half, 256>(p, args.cache.layout, gr, st);
-  return bf16 ? launch_layout<__nv_bfloat16, 128>(p, args.cache.layout, gr, st)
-              : launch_layout<__half, 128>(p, args.cache.layout, gr, st);
+  KVLayout layout = args.cache.layout;
+  if (decode_mma_split_as_rows(args.cache)) {
+    // Block size 1: every token is alone in its block (offset 0), its 8-element key chunks
+    // 16 bytes apart and its value dims adjacent (decode_mma_aligned_strides): the nhd
+    // kernel's rows at the block strides, with whole 128-byte lines per copy, where the split
+    // kernel would copy 2-byte value pieces.
+    layout = KVLayout::kNHD;
+    p.k_tok = 0;
+    p.v_tok = 0;
+  }
+  if (num_seqs > kDecodeMaxGridSeqs && !p.work_list && !p.cluster) {
+    // gridDim.z (the split kernel) and gridDim.y (the merge kernel) stop at 65535: the
+    // sequences run in consecutive launches of at most that many, each with its sequences'
+    // metadata, block-table rows and partial results offset (the outputs are addressed by
+    // the query start, which stays absolute). Such a call is many waves long; the extra
+    // launches cost nothing measurable, and the kernels are the ones of every other call.
+    for (int s0 = 0; s0 < num_seqs; s0 += kDecodeMaxGridSeqs) {
+      const int n = std::min(kDecodeMaxGridSeqs, num_seqs - s0);
+      DecodeParams q = p;
+      q.qsl += static_cast<std::int64_t>(s0) * p.qsl_stride;
+      q.seq_lens += static_cast<std::int64_t>(s0) * p.sl_stride;
+      q.block_table += static_cast<std::int64_t>(s0) * p.bt_seq;
+      if (num_splits > 1) {
+        const std::int64_t rows = static_cast<std::int64_t>(s0) * num_splits * num_heads;
+        q.part_lse += rows;
+        q.part_o += rows * (pair ? 64 : head);
+      }
+      q.num_seqs = n;
+      decode::DecodeGrid g2 = gr;
+      g2.num_seqs = n;
+      const Status st2 = launch_heads(q, head, bf16, fp8, pair, kv, layout, g2, st);
+      if (!st2.ok()) return st2;
+    }
+    return Status::Ok();
+  }
+  return launch_heads(p, head, bf16, fp8, pair, kv, layout, gr, st);
 }
 
 }  // namespace pagedattn::cuda

@@ -31,7 +31,15 @@
 //    dtype (a bf16 query is rescaled by a power of two per head into fp16 in shared memory);
 //    k_scale joins the softmax scale, v_scale the final normalisation (decode_mma.cu explains
 //    the permuted k-steps that let ldmatrix move fp8 bytes);
-//  - head 256 (GQA <= 8) runs one CTA per SM (its three stages take 192 KB of shared memory).
+//  - head 256 (GQA <= 8) runs one CTA per SM (its three stages take 192 KB of shared memory);
+//  - heads 80, 96, 112 and 192 (16-bit caches) are instances of their own (HEAD / 16 k-steps
+//    and O^T row tiles; decode_mma_h<HEAD>.cu): 80-112 keep 128-element shared-memory rows
+//    (the swizzle permutes 16-byte chunks in groups of 8; the chunks past the head are never
+//    copied nor read), 192 has 384-byte rows swizzled per 128-byte group; head 512 (GQA <= 8)
+//    runs 2 warps on 32-token tiles (decode_mma_warps) and reloads Q^T's fragments from shared
+//    memory per k-step pair; other head sizes keep the tiled kernel;
+//  - the split layout at block size 1 (16-bit caches) runs the nhd kernel
+//    (decode_mma_split_as_rows), and calls of more than 65535 sequences launch in parts.
 #pragma once
 
 #include <algorithm>
@@ -56,6 +64,9 @@ inline constexpr int kMaxDecodeSplits = 512;
 /// number of split groups; up to kMaxDecodeSplits splits (524288 tokens; a longer sequence
 /// in the batch lengthens every split).
 inline constexpr int kBatchInvariantChunkTokens = 1024;
+/// Most sequences of one launch of the split and merge kernels (gridDim.z / gridDim.y): a
+/// call with more runs them in consecutive launches (decode_mma_run).
+inline constexpr int kDecodeMaxGridSeqs = 65535;
 /// Most sequences of a work-list call (the kernel's scan: 32 lanes x 8 sequences).
 inline constexpr int kWorkListMaxSeqs = 256;
 
@@ -191,6 +202,28 @@ constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool t
   return kDecodeStages;
 }
 
+/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128
+/// and 256 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
+/// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7, 12 and 32 for the new heads).
+constexpr bool decode_mma_head_instance(int head_size) {
+  return head_size == 64 || head_size == 80 || head_size == 96 || head_size == 112 ||
+         head_size == 128 || head_size == 192 || head_size == 256 || head_size == 512;
+}
+
+/// Warps per CTA of the pipelined kernel (each computes 16 tokens of every tile): 4, and 2
+/// for head 512, whose 64-token K + V tile pair alone is 128 KB of shared memory: its tiles
+/// are 32 tokens (64 KB per stage, 3 stages in 192 KB, one CTA per SM).
+constexpr int decode_mma_warps(int head_size) { return head_size > 256 ? 2 : 4; }
+/// KV tokens per pipeline stage for `head_size`: kDecodeTileTokens, 32 for head 512. Splits
+/// stay multiples of kDecodeTileTokens (whole tiles of either size).
+constexpr int decode_mma_tile_tokens(int head_size) { return 16 * decode_mma_warps(head_size); }
+
+/// Elements per 16-bit shared-memory row of the kernel (query rows and 16-bit K/V tile rows):
+/// head_size rounded up to 64 (128 bytes), because the XOR swizzle permutes the 16-byte
+/// chunks inside each group of 8; heads 80/96/112 keep 128-element rows whose chunks past
+/// the head are never copied nor read. Equal to head_size for 64, 128, 192 and 256.
+constexpr int decode_mma_row_elems(int head_size) { return (head_size + 63) / 64 * 64; }
+
 /// CTAs per SM an instance is built for (its __launch_bounds__ minimum; the `stages` of
 /// decode_mma_stages): decode_mma_reg_ctas, except the 4-stage fp8 head-128 instance
 /// (8 columns), built for 3 (at most 168 registers per thread).
@@ -211,14 +244,20 @@ constexpr int decode_mma_sm_ctas(int head_size, int gqa, int kv_bytes, bool tune
                                decode_mma_stages(head_size, kv_bytes, gqa, tuned));
 }
 
-/// Dynamic shared memory of one CTA of an instance with `stages` stages: K and V tiles of 64
-/// unpadded, swizzled token rows of `kv_bytes`-byte cache elements (2 for fp16/bf16, 1 for
-/// fp8) per stage, plus 16 query rows (16-bit) and the slack to align the tiles to their row
-/// size (256 bytes, 512 for the 512-byte rows of 16-bit head 256, whose swizzle XORs address
-/// bits 4-8).
+/// Dynamic shared memory of one CTA of an instance with `stages` stages: K and V tiles of
+/// decode_mma_tile_tokens unpadded, swizzled token rows per stage (`kv_bytes`-byte cache
+/// elements: 2 for fp16/bf16, rows of decode_mma_row_elems, 1 for fp8), plus 16 query rows
+/// (16-bit, decode_mma_row_elems) and the slack to align the tiles to their row size (256
+/// bytes; 512 for rows over 256 bytes, 1024 for the 1024-byte rows of head 512: the swizzle
+/// XORs address bits up to the row size).
 constexpr std::int64_t decode_mma_smem_bytes_for(int head_size, int kv_bytes, int stages) {
-  return stages * 2 * std::int64_t{kDecodeTileTokens} * head_size * kv_bytes +
-         16 * head_size * 2 + (head_size * kv_bytes > 256 ? 512 : 256);
+  // 16-bit rows are decode_mma_row_elems wide (the swizzle's 8-chunk groups); tiles are
+  // decode_mma_tile_tokens rows (32 for head 512).
+  const std::int64_t row = kv_bytes == 2 ? std::int64_t{decode_mma_row_elems(head_size)} * 2
+                                         : std::int64_t{head_size} * kv_bytes;
+  const std::int64_t tile = std::int64_t{decode_mma_tile_tokens(head_size)} * row;
+  return stages * 2 * tile + 16 * std::int64_t{decode_mma_row_elems(head_size)} * 2 +
+         (row > 512 ? 1024 : row > 256 ? 512 : 256);
 }
 
 /// decode_mma_smem_bytes_for with the stages the plan and the launcher use for a GQA group of
@@ -239,10 +278,11 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
 /// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
-/// same dtype or fp8 (e4m3, e5m2), head_size 64 or 128 (GQA ratio <= 16) or 256 (GQA ratio
-/// <= 8: the registers of 16 query columns would spill), and for the split
-/// layout block_size % 8 == 0 (16-bit caches) / % 16 == 0 (fp8): 16-byte value chunks must not
-/// cross a block. Alignment of strides and pointers is checked per call
+/// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192,
+/// 256 or 512 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches:
+/// heads 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
+/// layout block_size % 8 == 0 (16-bit caches; or 1: decode_mma_split_as_rows) / % 16 == 0
+/// (fp8): 16-byte value chunks must not cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.
 bool decode_mma_supported(const ProblemDesc& problem, std::string* why_not);
 /// The same rules without "every sequence a decode": whether the decode rows of a mixed batch
@@ -252,6 +292,11 @@ bool decode_mma_rows_supported(const ProblemDesc& problem, std::string* why_not)
 /// True when every stride (except the innermost) of the cache, query and output is a multiple
 /// of 8 elements, as 16-byte cp.async needs (checked at plan time).
 bool decode_mma_aligned_strides(const AttentionArgs& args);
+/// Whether `cache` is a 16-bit split-layout cache of block size 1, which the fast path runs
+/// with the nhd kernel: key [blocks, heads, dim / 8, 1, 8] and value [blocks, heads, dim, 1]
+/// hold each token's dims in order, as a row (decode_mma_aligned_strides requires the chunk
+/// and dim strides 8 and 1). The split kernel's 8-token value chunks would cross blocks.
+bool decode_mma_split_as_rows(const KVCache& cache);
 /// decode_mma_aligned_strides and 16-byte aligned base pointers (checked at run time; an
 /// unaligned call takes the planned tiled fallback).
 bool decode_mma_aligned(const AttentionArgs& args);

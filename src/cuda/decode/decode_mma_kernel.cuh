@@ -41,8 +41,10 @@ struct TokenCursor {
     blk = static_cast<int>(p.bs_div.div(static_cast<unsigned>(tok)));
     off = tok - blk * p.block_size;
   }
+  // p.step_q / step_r are those of STEP tokens (decode_mma_run: the kernel's tile).
+  template <int STEP = kDecodeTileTokens>
   __device__ __forceinline__ void advance(const DecodeParams& p) {
-    t += kDecodeTileTokens;
+    t += STEP;
     blk += p.step_q;
     off += p.step_r;
     if (off >= p.block_size) {
@@ -86,7 +88,7 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 //    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
 //    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
 template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
-__global__ void __launch_bounds__(kDecodeThreads,
+__global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
                                   decode_mma_bound_ctas(HEAD, NT, KV != kKvSame, STAGES))
     decode_mma_kernel(const DecodeParams p) {
   static_assert(!PAIR || (HEAD == 128 && !SPLIT && NT == 1), "pairs: head-64 nhd, GQA <= 4");
@@ -94,7 +96,10 @@ __global__ void __launch_bounds__(kDecodeThreads,
   static_assert(!F8 || (!PAIR && std::is_same<T, __half>::value), "fp8: unpaired, fp16 MMAs");
   constexpr int EB = F8 ? 1 : 2;  // bytes per cache element
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
-  constexpr int TOK = kDecodeTileTokens;
+  // Head 512: 2 warps and 32-token tiles (decode_mma_warps); 4 and 64 otherwise.
+  constexpr int WARPS = decode_mma_warps(HEAD);
+  constexpr int NTHR = 32 * WARPS;
+  constexpr int TOK = decode_mma_tile_tokens(HEAD);
   constexpr int CH = HEAD / 8;  // 16-byte chunks per query row
   constexpr int CHB = HEAD * EB / 16;  // 16-byte chunks per cache row
   // nhd/hnd copies: lanes per token row (8: whole 128-byte lines; 4 for 64-byte fp8 rows).
@@ -108,9 +113,20 @@ __global__ void __launch_bounds__(kDecodeThreads,
   // for chunk c0 with bits 5-7 XORed by s.
   // 64-byte rows (fp8 head 64): chunk c of row r at c ^ ((r / 2) % 4), which also puts the 8
   // rows of an ldmatrix phase in 8 bank groups.
-  constexpr unsigned PB = HEAD * EB;            // bytes per token row
-  constexpr unsigned TILE_B = TOK * HEAD * EB;  // bytes per K (or V) tile
+  // Heads 80/96/112 (decode_mma_row_elems): 16-bit rows of 128 elements, of which the chunks
+  // past the head are never copied nor read; a query row has the same pitch (QP elements).
+  static_assert(HEAD % 16 == 0 && (!F8 || HEAD % 64 == 0), "HEAD: k-steps of 16 dims");
+  constexpr int QP = decode_mma_row_elems(HEAD);
+  constexpr unsigned PB = F8 ? HEAD * EB : QP * EB;  // bytes per token row
+  constexpr unsigned TILE_B = TOK * PB;              // bytes per K (or V) tile
+  // Rows of a power-of-two size keep "chunk c0 + 2s = address XOR 32 s" over the whole row;
+  // 384-byte rows (head 192) only inside each 128-byte group of 8 chunks (chunk_off).
+  constexpr bool POW2_ROW = (PB & (PB - 1)) == 0;
   constexpr int KSTEPS = HEAD / 16;
+  constexpr int QJ = (KSTEPS + 1) / 2;  // x4 loads of Q^T fragments (two k-steps each)
+  // Head 512: the 128 accumulators of O^T leave no room for the 64 registers of Q^T's
+  // fragments (ptxas spilled ~230 bytes): they are reloaded from shared memory per k-step pair.
+  constexpr bool QREG = HEAD <= 256;
   constexpr int DT = HEAD / 16;  // 16-dim row tiles of O^T
   constexpr int NH = 8 * NT;     // query-head columns
   constexpr int SO_PITCH = HEAD + 4;  // fp32 row pitch of the warp-merge buffer (no conflicts)
@@ -121,13 +137,20 @@ __global__ void __launch_bounds__(kDecodeThreads,
   T* sQ = reinterpret_cast<T*>(smem_raw);
   // 256-byte aligned whatever the base of dynamic shared memory (decode_mma_smem_bytes
   // reserves the slack).
-  constexpr unsigned AL = PB > 256 ? 512u : 256u;  // the swizzle XORs bits below the row size
-  const unsigned sK = (smem_addr(sQ + NH * HEAD) + (AL - 1)) & ~(AL - 1);
+  // The swizzle XORs address bits below the row size (chunk_off: up to bit 9 for the 1024-byte
+  // rows of head 512), so tiles start on a multiple of it (at least 256 bytes).
+  constexpr unsigned AL = PB > 512 ? 1024u : PB > 256 ? 512u : 256u;
+  const unsigned sK = (smem_addr(sQ + NH * QP) + (AL - 1)) & ~(AL - 1);
   const unsigned sV = sK + STAGES * TILE_B;
   // Cluster mode: the partial results the other splits push here (decode_cluster_rx_bytes:
   // [splits][share] outputs, then [splits][kClusterLseSlots] LSEs), past everything else, so
   // that a split that finishes first can write while this one still streams its tiles.
   const unsigned rx_s = sV + STAGES * TILE_B;
+  // nhd/hnd ldmatrix: a lane's address for logical chunk c0 + 2s from its address for c0.
+  auto chunk_off = [](unsigned a, int s) -> unsigned {
+    if constexpr (POW2_ROW) return a ^ (static_cast<unsigned>(s) * 32u);
+    else return (a ^ (static_cast<unsigned>(s & 3) * 32u)) + static_cast<unsigned>(s >> 2) * 128u;
+  };
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const bool mods = p.softcap > 0.f || p.alibi != nullptr;
@@ -312,14 +335,14 @@ __global__ void __launch_bounds__(kDecodeThreads,
     if (has_work) {
       // Query rows of the GQA group (rows >= gqa are zero and never written back).
       // Pairs: a column's 64 dims go to its KV head's half of the row, the other half is zero.
-      for (int i = tid; i < NH * CH; i += kDecodeThreads) {
+      for (int i = tid; i < NH * CH; i += NTHR) {
         const int r = i / CH, c = i % CH;
         const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa));
         const int qc = PAIR ? c % (CH / 2) : c;
         const T* src = static_cast<const T*>(p.q);
         if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
                        static_cast<std::int64_t>(g * p.gqa + r) * p.q_head + qc * 8;
-        cp_async16(smem_addr(sQ + swz(r, c, HEAD)), src, ok ? 16 : 0);
+        cp_async16(smem_addr(sQ + swz(r, c, QP)), src, ok ? 16 : 0);
       }
       cp_async_commit();
 
@@ -353,7 +376,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
           kid[i] = ok ? __ldg(bt + kc[i].blk * p.bt_blk) : 0;
           koff[i] = ok ? kc[i].off : 0;
           kok[i] = ok;
-          kc[i].advance(p);
+          kc[i].template advance<TOK>(p);
         }
         if constexpr (SPLIT) {
           // A value chunk is 8 tokens of one head dim, inside one block (block_size % 8 == 0);
@@ -363,7 +386,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
           vid = any ? __ldg(bt + vc.blk * p.bt_blk) : 0;
           voff = any ? vc.off : 0;
           vbytes = any ? EB * min(VCT, len - vc.t) : 0;
-          vc.advance(p);
+          vc.template advance<TOK>(p);
         }
       };
       auto issue_tile = [&](int stage) {
@@ -389,7 +412,10 @@ __global__ void __launch_bounds__(kDecodeThreads,
                              static_cast<std::uint64_t>(static_cast<unsigned>(koff[i])) * p.v_tok + (lane & 7) * 16;
             const int bytes = kok[i] ? 16 : 0;
 #pragma unroll
-            for (int j = 0; j < CHB / 8; ++j) {
+            for (int j = 0; j < (CHB + 7) / 8; ++j) {
+              // Heads 80/96/112: the row's last group of 8 chunks is partial (lanes past the
+              // head copy nothing: their shared-memory chunks are never read).
+              if (CHB % 8 != 0 && j == CHB / 8 && (lane & 7) >= CHB % 8) continue;
               const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
               cp_async16(d, ks + j * 128, bytes);
               cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
@@ -432,7 +458,12 @@ __global__ void __launch_bounds__(kDecodeThreads,
       cp_async_wait<STAGES - 1>();  // the query group
       __syncthreads();
 
-      unsigned qf[NT][KSTEPS / 2][4];
+      unsigned qf[NT][QREG ? QJ : 1][4];
+      // !QREG: this lane's ldmatrix address of Q^T pair 0 (row lane % 8, chunk lane / 8);
+      // pair j is chunk 4j + lane / 8, i.e. the offset in the row XORed by 64 j (rows of
+      // 1024 bytes: the swizzle c ^ (r % 8) only touches the chunk's low 3 bits).
+      const unsigned q_row = smem_addr(sQ + (lane & 7) * QP);
+      const unsigned q_off = static_cast<unsigned>(((lane >> 3) ^ (lane & 7)) << 4);
       if constexpr (F8) {
         if (p.q_bf16) {
           // bf16 query -> fp16 in place, head row r times 2^s_r with s_r = 14 - exponent of its
@@ -474,12 +505,16 @@ __global__ void __launch_bounds__(kDecodeThreads,
           }
       } else {
         // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
-        // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1.
+        // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1. An odd
+        // KSTEPS (heads 80, 112): the last load's matrices 2-3 are chunks of the padded row
+        // past the head, never used.
+        if constexpr (QREG) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int j = 0; j < KSTEPS / 2; ++j)
-            ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), HEAD)));
+            for (int j = 0; j < QJ; ++j)
+              ldmatrix_x4(qf[nt][j], smem_addr(sQ + swz(nt * 8 + (lane & 7), j * 4 + (lane >> 3), QP)));
+        }
       }
       // fp8: the score multiplier of each column (softmax scale, k_scale, the query's scale).
       float cmul[NT][2];
@@ -552,11 +587,15 @@ __global__ void __launch_bounds__(kDecodeThreads,
           // the other head times the zero half of the query would be NaN).
           const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
           unsigned a[4];
-          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : kst ^ (ks * 32u));
+          ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : chunk_off(kst, ks));
+          if constexpr (!QREG) {
+            static_assert(NT == 1 && !PAIR, "head 512: GQA <= 8, unpaired");
+            if ((ks & 1) == 0) ldmatrix_x4(qf[0][0], q_row + (q_off ^ ((ks >> 1) * 64u)));
+          }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const unsigned b0 = qf[nt][ks >> 1][(ks & 1) * 2];
-            const unsigned b1 = qf[nt][ks >> 1][(ks & 1) * 2 + 1];
+            const unsigned b0 = qf[nt][QREG ? ks >> 1 : 0][(ks & 1) * 2];
+            const unsigned b1 = qf[nt][QREG ? ks >> 1 : 0][(ks & 1) * 2 + 1];
             if (kk & 1) mma16816<T>(sc2[nt], a, b0, b1);
             else mma16816<T>(sc[nt], a, b0, b1);
           }
@@ -630,7 +669,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
           // A fragment of V^T (16 dims x 16 tokens).
           unsigned a[4];
           if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
-          else ldmatrix_x4_trans(a, vst ^ (dt * 32u));
+          else ldmatrix_x4_trans(a, chunk_off(vst, dt));
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mma16816<T>(o[dt][nt], a, pb[nt][0], pb[nt][1]);
         }
@@ -640,10 +679,10 @@ __global__ void __launch_bounds__(kDecodeThreads,
     __syncthreads();
 
     // Merge the four warps' states (fixed order: deterministic). Maxima in log2 units.
-    float* red_m = reinterpret_cast<float*>(smem_raw);  // [4][NH]
-    float* red_l = red_m + 4 * NH;                      // [4][NH]
+    float* red_m = reinterpret_cast<float*>(smem_raw);  // [WARPS][NH]
+    float* red_l = red_m + WARPS * NH;                  // [WARPS][NH]
     float* fin = red_l + 4 * NH;                        // [2][NH]: scale, LSE per head
-    float* so = fin + 2 * NH;                           // [4][NH][SO_PITCH]
+    float* so = fin + 2 * NH;                           // [WARPS][NH][SO_PITCH]
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -665,13 +704,13 @@ __global__ void __launch_bounds__(kDecodeThreads,
         const int h = nt * 8 + 2 * (lane & 3) + b;
         float M = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) M = fmaxf(M, red_m[w * NH + h]);
+        for (int w = 0; w < WARPS; ++w) M = fmaxf(M, red_m[w * NH + h]);
         const float base = softmax_base(M);
         f[nt][b] = ex2(m_run[nt][b] - base);
         if (warp == 0 && lane < 4) {
           float L = 0.f;
 #pragma unroll
-          for (int w = 0; w < 4; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
+          for (int w = 0; w < WARPS; ++w) L += red_l[w * NH + h] * ex2(red_m[w * NH + h] - base);
           // Per head, once: the factor that turns the summed accumulator into this CTA's
           // output (or partial output) and the LSE that goes with it (natural log). A split
           // without keys (cluster mode only) has L = 0 and M = -inf: weight 0 in the merge.
@@ -715,13 +754,13 @@ __global__ void __launch_bounds__(kDecodeThreads,
     const unsigned rank = p.cluster ? cluster_rank() : 0u;
     const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
     if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
-    for (int i = tid; i < p.gqa * HO; i += kDecodeThreads) {
+    for (int i = tid; i < p.gqa * HO; i += NTHR) {
       const int r = i / HO, d = i % HO;
       const int h = g * p.gqa + r;
       const int sd = PAIR && 2 * r >= p.gqa ? d + HO : d;  // O^T's row of output dim d
       float acc = 0.f;
 #pragma unroll
-      for (int w = 0; w < 4; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
+      for (int w = 0; w < WARPS; ++w) acc += so[(w * NH + r) * SO_PITCH + sd];
       const float v = acc * fin[r];
       const float lse = fin[NH + r];
       if (p.cluster) {
@@ -752,7 +791,7 @@ __global__ void __launch_bounds__(kDecodeThreads,
       const float* rx_l = rx + csize * p.cl_share;
       const int first = static_cast<int>(rank) * p.cl_share;
       const int mine = min(p.cl_share, p.gqa * HO - first);
-      for (int e = tid; e < mine; e += kDecodeThreads) {
+      for (int e = tid; e < mine; e += NTHR) {
         const int i = first + e;
         const int r = i / HO, d = i % HO;
         const int h = g * p.gqa + r;

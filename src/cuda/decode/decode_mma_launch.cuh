@@ -38,6 +38,14 @@ Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layou
 /// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu).
 int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout);
 
+/// Launch the 16-bit-cache kernels of head HEAD (80, 96, 112, 192 or 512; explicitly instantiated
+/// in decode_mma_h<HEAD>.cu, one TU per head so that they compile in parallel) for a
+/// `bf16` (else fp16) query and cache and `layout`, then the merge kernel when the call has
+/// splits. Errors: kInternal when a launch fails.
+template <int HEAD>
+Status launch_head_call(const DecodeParams& p, bool bf16, KVLayout layout, const DecodeGrid& gr,
+                        cudaStream_t stream);
+
 }  // namespace decode
 
 namespace {
@@ -174,12 +182,12 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   const dim3 grid = gr.list_ctas > 0 ? dim3(gr.num_kv_heads, gr.list_ctas, 1)
                                      : dim3(gr.num_splits, gr.num_kv_heads, gr.num_seqs);
   if (p.cluster) {  // the splits of each (sequence, KV head) form one cluster
-    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, kDecodeThreads, static_cast<std::size_t>(smem),
+    PA_CUDA_RETURN(launch_in_x_clusters(kernel, grid, 32 * decode_mma_warps(HEAD), static_cast<std::size_t>(smem),
                                         static_cast<unsigned>(gr.num_splits), stream, p),
                    "decode_mma: cluster launch");
     return Status::Ok();
   }
-  kernel<<<grid, kDecodeThreads, smem, stream>>>(p);
+  kernel<<<grid, 32 * decode_mma_warps(HEAD), smem, stream>>>(p);
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
     const int groups =
@@ -213,7 +221,7 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
 template <class T, int HEAD>
 Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                      cudaStream_t stream) {
-  if constexpr (HEAD == 256) {  // GQA <= 8 only (decode_mma_rows_supported)
+  if constexpr (HEAD > 128) {  // heads 192, 256: GQA <= 8 only (decode_mma_rows_supported)
     if (layout == KVLayout::kSplit) return launch<T, HEAD, true, 1>(p, gr, stream);
     return launch<T, HEAD, false, 1>(p, gr, stream);
   } else {

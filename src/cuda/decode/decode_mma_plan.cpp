@@ -62,23 +62,45 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   const bool fp8 = decode_mma_kv_bytes(pr) == 1;
   if (pr.cache_dtype != pr.q_dtype && !fp8)
     return no("cache dtype is neither the query dtype nor fp8 e4m3/e5m2");
-  if (pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
-    return no("head_size is not 64, 128 or 256");
+  // One compile-time instance per head size (decode_mma_head_instance); a head between them
+  // would need the instance above with runtime-masked dims, which the kernel does not have.
+  if (!decode_mma_head_instance(pr.head_size))
+    return no("head_size is not 64, 80, 96, 112, 128, 192, 256 or 512 (the decode kernel's "
+              "instances)");
+  if (fp8 && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
+    return no("fp8 cache with head_size other than 64, 128 or 256");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
-  if (pr.head_size == 256 && pr.gqa_ratio() > 8) return no("head_size 256 with a GQA ratio above 8");
-  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
-    return no("split layout with block_size % 8 != 0");
+  if (pr.head_size > 128 && pr.gqa_ratio() > 8)
+    return no(pr.head_size == 256   ? "head_size 256 with a GQA ratio above 8"
+              : pr.head_size == 192 ? "head_size 192 with a GQA ratio above 8"
+                                    : "head_size 512 with a GQA ratio above 8");
+  // Block size 1 (16-bit caches): a block is one token whose key chunks and value dims are
+  // contiguous, the nhd kernel's rows (decode_mma_split_as_rows).
+  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0 && !(pr.block_size == 1 && !fp8))
+    return no(fp8 ? "split layout with block_size % 8 != 0"
+                  : "split layout with block_size % 8 != 0 (other than 1)");
   // An fp8 value chunk is 16 tokens of one head dim.
   if (fp8 && pr.layout == KVLayout::kSplit && pr.block_size % 16 != 0)
     return no("fp8 split layout with block_size % 16 != 0");
-  if (pr.batch.num_seqs > 65535) return no("more than 65535 sequences");
   // The grid's y dimension (grid mode: one CTA row per KV head; the small kernel likewise).
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
   return true;
 }
 
+bool decode_mma_split_as_rows(const KVCache& cache) {
+  const bool b16 = cache.key.dtype == DType::kFloat16 || cache.key.dtype == DType::kBFloat16;
+  return cache.layout == KVLayout::kSplit && b16 && cache.key.ndim == 5 &&
+         cache.value.ndim == 4 && cache.key.shape[3] == 1 && cache.value.shape[3] == 1 &&
+         cache.key.shape[4] == 8;
+}
+
 bool decode_mma_aligned_strides(const AttentionArgs& args) {
   if (!mma_copy_aligned_strides(args)) return false;
+  // Split layout at block size 1 runs as rows: the key's 8-element chunks and the value's dims
+  // must follow each other (dense within the block, as KVCacheSpec allocates them).
+  if (decode_mma_split_as_rows(args.cache) &&
+      (args.cache.key.strides[2] != 8 || args.cache.value.strides[2] != 1))
+    return false;
   // fp8 caches: 16 bytes are 16 elements.
   const DType kv = args.cache.key.dtype;
   if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
@@ -271,7 +293,7 @@ DecodeMmaConfig config_for(const ProblemDesc& pr, const DeviceInfo& device, int 
                                              kvb, tuned);
   // The small-call kernel reads 16-bit caches only (fp8 calls keep the pipelined kernel).
   c.small_kernel = c.cluster_merge && pr.layout != KVLayout::kSplit && kvb == 2 &&
-                   pr.head_size <= 128 &&
+                   (pr.head_size == 64 || pr.head_size == 128) &&
                    c.chunk_tokens <= kSmallMaxWarps * 16 && ctas <= device.num_units &&
                    decode_small_smem_max_bytes(pr.head_size, pr.gqa_ratio()) +
                            decode_small_static_smem_bytes(pr.gqa_ratio()) <=
