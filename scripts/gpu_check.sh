@@ -198,7 +198,7 @@ if (( build_rc == 0 )) && [ "$MODE" != bench ] && [ "$MODE" != quick ] && [ "$MO
     # kernel's pipeline (split head 64 with 4 stages, hnd head 128 with 3 stages), the
     # small-call kernel and the paired head-64 kernel, and the NaN-query and no-finite-logit
     # cases (every merge).
-    slice='Sanitize/SanitizeQuick.*dsmall*:Sanitize/SanitizeQuick.*dpair*:Sanitize/SanitizeQuick.*nanq*:Sanitize/SanitizeQuick.*ninfk*:Sanitize/SanitizeQuick.*splits*:Sanitize/SanitizeQuick.*padded*:Sanitize/SanitizeQuick.*bs2048*:Sanitize/SanitizeQuick.*fp8scale*:SanitizeEdges.*:Sanitize/SanitizeWriter.*split_fp16_to_fp16*:SanitizePrefill/SanitizePrefillMma.*h64_q20kv4*:SanitizePrefill/SanitizePrefillMma.*h128_q24kv8*:SanitizePrefillWgmma/*:Sanitize/SanitizeQuick.*dfp8*:Sanitize/SanitizeQuick.*dh256*:Sanitize/SanitizeQuick.*invariant*'
+    slice='Sanitize/SanitizeQuick.*dsmall*:Sanitize/SanitizeQuick.*dpair*:Sanitize/SanitizeQuick.*nanq*:Sanitize/SanitizeQuick.*ninfk*:Sanitize/SanitizeQuick.*splits*:Sanitize/SanitizeQuick.*padded*:Sanitize/SanitizeQuick.*bs2048*:Sanitize/SanitizeQuick.*fp8scale*:SanitizeEdges.*:Sanitize/SanitizeWriter.*split_fp16_to_fp16*:SanitizePrefill/SanitizePrefillMma.*h64_q20kv4*:SanitizePrefill/SanitizePrefillMma.*h128_q24kv8*:SanitizePrefillWgmma/*:Sanitize/SanitizeQuick.*dfp8*:Sanitize/SanitizeQuick.*dh256*:Sanitize/SanitizeQuick.*invariant*:Sanitize/SanitizeQuick.*dhmid*'
     for tool in racecheck synccheck; do
       t0=$(date +%s)
       run_limited 90 20 "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 50 \

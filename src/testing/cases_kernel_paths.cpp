@@ -142,7 +142,8 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
   // of 80-112 padded to 128 elements in shared memory, 192 in 384-byte rows) and head 512 (2
   // warps, 32-token tiles): every layout,
   // GQA 1 to 16 (192: to 8), blocks 1, 7, 8, 16 and 32, the merge modes and features. The
-  // quick set keeps two (head 80 and 192, nhd). Ordinary decode cases on the CPU.
+  // quick set (the sanitizer subset) keeps three (heads 80, 192 and 512, nhd). Ordinary
+  // decode cases on the CPU.
   {
     struct HMid {
       int head;
@@ -164,7 +165,7 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
     int i = 0;
     for (const HMid& d : hs) {
       ++i;
-      if (quick && i != 1 && i != 7) continue;
+      if (quick && i != 1 && i != 7 && i != 10) continue;
       CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.dt, d.dt);
       set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
       set_decode_features(&c, d.feature, 0, d.splits);
