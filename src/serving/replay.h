@@ -525,7 +525,10 @@ struct ReplayReport {
   double write_kv_s = 0;
   double plan_s = 0;
   double verify_s = 0;      // oracle + cache check
-  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: two copies per block)
+  double oracle_s = 0;      // of verify_s: the sampled rows (mirroring their blocks, the oracle)
+  double cache_check_s = 0; // of verify_s: finished requests' caches (mirroring, comparing)
+  double inputs_s = 0;      // generating the step's Q/K/V and copying the inputs to the device
+  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: a copy per run of blocks)
   double wall_s = 0;        // whole run_replay
   /// 4 * sum over query rows of (keys attended) * num_heads * head_size: the multiply-adds of
   /// QK^T and PV, counted as 2 flops each.
