@@ -736,15 +736,23 @@ Result<ReplayReport> Replay::run() {
   std::int64_t& tokens_done = tokens_done_;
   const bool sampling = config_.sample_interval_s > 0;
   if (sampling) take_sample();
+  bool admission_closed = false;
   while (!scheduler_->done()) {
     // A soak keeps the queue fed, cycling through the trace, until its time is up. A short
     // queue is enough (admission takes what the budget and the pool allow each step) and
     // keeps what must still drain after the time is up small.
-    if (config_.duration_s > 0 && seconds_since(t0_) < config_.duration_s) {
-      while (scheduler_->num_waiting() < 16) {
-        Result<RequestSpec> spec = make_spec(next_request_);
-        if (!spec.ok()) return spec.status();
-        PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));
+    if (config_.duration_s > 0 && !admission_closed) {
+      if (seconds_since(t0_) < config_.duration_s) {
+        while (scheduler_->num_waiting() < 16) {
+          Result<RequestSpec> spec = make_spec(next_request_);
+          if (!spec.ok()) return spec.status();
+          PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));
+        }
+      } else {
+        // The deadline: nothing more is admitted; what runs finishes (and is checked).
+        r.requests_not_admitted = scheduler_->drop_waiting();
+        admission_closed = true;
+        if (scheduler_->done()) break;
       }
     }
     Result<StepBatch> scheduled = scheduler_->schedule();

@@ -268,6 +268,11 @@ class Scheduler {
   /// scheduler bugs).
   Result<StepBatch> schedule();
 
+  /// Remove the requests still waiting (never admitted) and return how many: a soak's deadline
+  /// stops admission, the running requests go on to their finish. Indices of the remaining
+  /// requests do not change.
+  std::int64_t drop_waiting();
+
   /// Append a request behind the waiting ones (a soak that runs longer than the trace).
   /// Errors: those of create() for one request; its index is num_requests() before the call.
   Status add_request(RequestSpec spec);
@@ -429,8 +434,10 @@ struct ReplayConfig {
   PrefixSharing prefix_sharing = PrefixSharing::kAuto;
   /// > 0: a soak: keep admitting requests after the first `requests`, cycling through the
   /// trace (request i replays record i mod R; pass i / R > 0 salts the prefix hashes, so
-  /// passes share nothing with each other), until this many seconds have passed; then the
-  /// running and waiting requests finish. At least `requests` requests are replayed.
+  /// passes share nothing with each other), until this many seconds have passed. At the
+  /// deadline admission stops: the requests still waiting are dropped (never started; counted
+  /// in ReplayReport::requests_not_admitted, even those of the first `requests`), the running
+  /// ones finish and are checked, then the report is made.
   double duration_s = 0;
   /// > 0: seconds between soak samples (ReplayProgress::sample, ReplayReport::samples).
   double sample_interval_s = 0;
@@ -592,6 +599,7 @@ struct ReplayReport {
   // ---- soak
   double duration_s = 0;                   // asked for (0 = no soak)
   std::int64_t trace_passes = 1;           // passes over the trace's records (started)
+  std::int64_t requests_not_admitted = 0;  // waiting at the deadline, dropped (duration_s > 0)
   std::int64_t faults_injected = 0;
   std::int64_t faults_detected = 0;
   std::int64_t output_faults_injected = 0;
