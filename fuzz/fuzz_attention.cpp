@@ -8,6 +8,7 @@
 // Mode 1: valid shapes, but block_table / seq_lens / query_start_loc values taken raw from
 // the input (out-of-range block ids, negative or inconsistent lengths, a query_start_loc that
 // steps back): plan_attention must reject them or the run must match the oracle.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +25,22 @@ namespace {
 
 [[noreturn]] void fail(const std::string& what) { fuzz::fail("fuzz_attention", what); }
 
+// The kernels compute logits (scale * q.k) in fp32; the oracle in double. A case whose logits
+// can leave fp32's range (the codec draws any float as the softmax scale: 3.4e38 overflows
+// once log2(e) is folded in, and scale * q.k beyond 2^128 is inf) gets NaN from the kernels
+// where the oracle is finite: outside the numeric domain, so not compared. The bound: the
+// harness fills q and K with values in [-1, 1], an fp8 K dequantises to at most
+// max(1, k_scale * 2) (the per-head tensors scale k_scale by up to 2), and the dot has
+// head_size terms; 2^96 leaves room for log2(e) and the exp's argument.
+bool logits_in_fp32_range(const testing::CaseConfig& c) {
+  if (!(std::isfinite(c.scale) && c.scale > 0)) return true;  // refused by validation
+  double k_max = 1.0;
+  if (is_fp8(c.kv_dtype) && std::isfinite(c.k_scale) && c.k_scale > 0) {
+    k_max = std::max(1.0, 2.0 * static_cast<double>(c.k_scale));
+  }
+  return static_cast<double>(c.scale) * std::max(1, c.head_size) * k_max <= 0x1p96;
+}
+
 void run_case_mode(ByteReader& in) {
   const auto c = read_case(in);
   if (!c) return;
@@ -33,7 +50,8 @@ void run_case_mode(ByteReader& in) {
       fail(testing::case_name(*c) + ": " + r.status.to_string());
     return;
   }
-  if (!r.pass) fail(testing::case_name(*c) + ": " + r.detail);
+  // Still run (the sanitizers see every access), but not held to the oracle.
+  if (!r.pass && logits_in_fp32_range(*c)) fail(testing::case_name(*c) + ": " + r.detail);
 }
 
 // Metadata values as the input gives them, biased towards the edges of their valid range.

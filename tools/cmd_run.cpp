@@ -3,6 +3,8 @@
 // oracle (src/serving/replay.h). Exit status (DESIGN.md §7): 0 every check passed, 1 a
 // mismatch, 2 invalid input or usage, 3 the requested device is unavailable.
 #include <cmath>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -200,6 +202,9 @@ Json json_report(const serving::ReplayReport& r) {
                {"write_kv_s", r.write_kv_s},
                {"plan_s", r.plan_s},
                {"verify_s", r.verify_s},
+               {"oracle_s", r.oracle_s},
+               {"cache_check_s", r.cache_check_s},
+               {"inputs_s", r.inputs_s},
                {"poison_s", r.poison_s},
                {"wall_s", r.wall_s},
                {"attention_flops", r.attention_flops},
@@ -264,6 +269,7 @@ Json json_report(const serving::ReplayReport& r) {
   }
   j["soak"] = {{"duration_s", r.duration_s},
                {"trace_passes", r.trace_passes},
+               {"requests_not_admitted", r.requests_not_admitted},
                {"faults_injected", r.faults_injected},
                {"faults_detected", r.faults_detected},
                {"output_faults_injected", r.output_faults_injected},
@@ -287,6 +293,20 @@ bool write_report_file(const std::string& path, const Json& j) {
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   if (std::fclose(f) != 0 || !ok) return false;
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Whether write_report_file can succeed, found without writing anything: FILE.tmp is created
+// in FILE's folder and renamed over FILE, so the folder must be a writable directory and FILE
+// must not be a directory.
+bool report_file_writable(const std::string& path) {
+  const std::string::size_type slash = path.find_last_of('/');
+  const std::string dir =
+      slash == std::string::npos ? std::string(".") : (slash == 0 ? "/" : path.substr(0, slash));
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return false;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return false;
+  return !path.empty() && path.back() != '/';
 }
 
 /// "1 request", "2 requests", "0 requests": a count with its noun in the right number.
@@ -390,9 +410,10 @@ void print_report(const serving::ReplayReport& r) {
   if (!r.samples.empty()) {
     auto gib = [](std::int64_t b) { return static_cast<double>(b) / 1073741824.0; };
     s += fmt::format(
-        "  soak          {:.0f} s asked, {:.1f} s run, {} pass{} over the trace; blocks in use "
-        "{} .. {} over {} samples{}\n",
+        "  soak          {:.0f} s asked, {:.1f} s run, {} pass{} over the trace, {} waiting "
+        "request{} not admitted at the deadline; blocks in use {} .. {} over {} samples{}\n",
         r.duration_s, r.wall_s, r.trace_passes, r.trace_passes == 1 ? "" : "es",
+        r.requests_not_admitted, r.requests_not_admitted == 1 ? "" : "s",
         r.blocks_used_min, r.blocks_used_max, r.samples.size(),
         r.device_used_min >= 0 ? fmt::format("; device memory in use {:.2f} .. {:.2f} GiB",
                                              gib(r.device_used_min), gib(r.device_used_max))
@@ -431,11 +452,10 @@ int run_run(const RunFlags& flags) {
   if (!config.ok()) return report_failure("run", config.status(), flags.json);
   if (!flags.report_file.empty()) {
     // A report that cannot be written is a usage error before the replay (a soak polled
-    // through its report file must not run for minutes unseen); this first write is what the
-    // file holds until the first report line.
-    Json j;
-    j["status"] = "starting";
-    if (!write_report_file(flags.report_file, j))
+    // through its report file must not run for minutes unseen). Nothing is written yet: bad
+    // input found by the replay's set-up (a pool too small, an unreadable trace) must leave no
+    // file; the first report is written after the first step.
+    if (!report_file_writable(flags.report_file))
       return report_failure("run",
                             Status(StatusCode::kInvalidArgument,
                                    "--report " + flags.report_file +
@@ -457,9 +477,18 @@ int run_run(const RunFlags& flags) {
   serving::ProgressFn progress;
   const bool soak_lines = config->sample_interval_s > 0;
   bool report_write_failed = false;
+  bool report_written = false;  // by this run: only then does an error report replace it
   if (!flags.quiet || !flags.report_file.empty()) {
-    progress = [&next_mark, &flags, soak_lines, &report_write_failed](
+    progress = [&next_mark, &flags, soak_lines, &report_write_failed, &report_written](
                    const serving::ReplayProgress& p) {
+      if (!report_written && !flags.report_file.empty() && !(p.sample && p.report != nullptr)) {
+        // The first step ran (set-up accepted the input): the file says so until the first
+        // report line rewrites it.
+        Json j;
+        j["status"] = "starting";
+        if (!write_report_file(flags.report_file, j)) report_write_failed = true;
+        report_written = true;
+      }
       if (p.sample && p.report != nullptr) {
         const serving::ReplayReport& r = *p.report;
         const serving::SoakSample& s = r.samples.back();
@@ -490,6 +519,7 @@ int run_run(const RunFlags& flags) {
           Json j = json_report(r);
           j["status"] = "running";
           if (!write_report_file(flags.report_file, j)) report_write_failed = true;
+          report_written = true;
         }
       }
       if (flags.quiet || soak_lines) return;
@@ -508,7 +538,9 @@ int run_run(const RunFlags& flags) {
   }
   Result<serving::ReplayReport> report = serving::run_replay(*config, progress);
   if (!report.ok()) {
-    if (!flags.report_file.empty()) {
+    // An error before the first step is the input's (or the device's): no file. One during
+    // the replay replaces the running report, so that a poller sees why it stopped.
+    if (report_written) {
       Json j;
       j["status"] = "error";
       j["error"] = report.status().to_string();
@@ -619,14 +651,17 @@ Action register_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--duration", f->duration,
                   "soak: keep admitting requests (cycling through the trace) for this many "
-                  "seconds, after at least --requests (0 = just --requests)")
+                  "seconds; at the deadline admission stops: waiting requests (even of the "
+                  "first --requests) are dropped and reported, running ones finish and are "
+                  "checked (0 = just --requests)")
       ->capture_default_str();
   sub->add_option("--report-interval", f->report_interval,
                   "seconds between soak report lines (and --report rewrites); default 30 with "
                   "--duration or --report, else none");
   sub->add_option("--report", f->report_file,
                   "write the JSON report to FILE, rewritten at every report line while running "
-                  "(status \"running\") and at the end");
+                  "(status \"running\") and at the end; first written after the first step, "
+                  "never for input the run refuses");
   sub->add_flag("--json", f->json, "machine-readable final report on stdout");
   sub->add_flag("--quiet", f->quiet, "no progress lines on stderr");
   sub->footer(exit_status_help(/*can_mismatch=*/true));

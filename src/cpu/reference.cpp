@@ -135,6 +135,14 @@ Status reference_attention(const AttentionArgs& args) {
   std::vector<double> z;
   std::vector<std::int64_t> keys;
   std::vector<double> acc(static_cast<std::size_t>(head_size));
+  // An element's offset is linear in its indices, so (block, head, token) and the dim add up:
+  // the dims' parts once, not per key (a soak's oracle rows attend 126k keys).
+  std::vector<std::int64_t> k_dim(static_cast<std::size_t>(head_size));
+  std::vector<std::int64_t> v_dim(static_cast<std::size_t>(head_size));
+  for (std::int64_t d = 0; d < head_size; ++d) {
+    k_dim[d] = key_offset(kc, a.cache.layout, geo.x, 0, 0, 0, d);
+    v_dim[d] = value_offset(vc, a.cache.layout, 0, 0, 0, d);
+  }
 
   for (std::int64_t s = 0; s < num_seqs; ++s) {
     const std::int64_t q_begin = load_index(a.query_start_loc, {s});
@@ -150,6 +158,8 @@ Status reference_attention(const AttentionArgs& args) {
       for (std::int64_t h = 0; h < num_heads; ++h) {
         const std::int64_t g = h / group;
         for (std::int64_t d = 0; d < head_size; ++d) q[d] = load_float(a.query, {token, h, d});
+        const float k_scale = head_scale(a.cache.k_scales, a.cache.k_scale, g);
+        const float v_scale = head_scale(a.cache.v_scales, a.cache.v_scale, g);
 
         // Logits of the keys this row may see (causal, then window), in key order.
         keys.clear();
@@ -158,10 +168,10 @@ Status reference_attention(const AttentionArgs& args) {
           if (window > 0 && q_pos - j >= window) continue;
           const std::int64_t b = load_index(a.block_table, {s, j / block_size});
           const std::int64_t t = j % block_size;
+          const std::int64_t base = key_offset(kc, a.cache.layout, geo.x, b, g, t, 0);
           double dot = 0.0;
           for (std::int64_t d = 0; d < head_size; ++d) {
-            dot += q[d] * load_cache(kc, key_offset(kc, a.cache.layout, geo.x, b, g, t, d),
-                                     head_scale(a.cache.k_scales, a.cache.k_scale, g));
+            dot += q[d] * load_cache(kc, base + k_dim[d], k_scale);
           }
           double zj = scale * dot;
           if (softcap > 0.0) zj = softcap * std::tanh(zj / softcap);
@@ -187,9 +197,9 @@ Status reference_attention(const AttentionArgs& args) {
           const std::int64_t b = load_index(a.block_table, {s, j / block_size});
           const std::int64_t t = j % block_size;
           const double p = std::exp(z[k] - m);
+          const std::int64_t base = value_offset(vc, a.cache.layout, b, g, t, 0);
           for (std::int64_t d = 0; d < head_size; ++d) {
-            acc[d] += p * load_cache(vc, value_offset(vc, a.cache.layout, b, g, t, d),
-                                     head_scale(a.cache.v_scales, a.cache.v_scale, g));
+            acc[d] += p * load_cache(vc, base + v_dim[d], v_scale);
           }
         }
         for (std::int64_t d = 0; d < head_size; ++d) {

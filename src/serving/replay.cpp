@@ -241,10 +241,13 @@ Status Replay::setup() {
         done += n;
       }
     }
-    // One poisoned page (K and V pages have the same stride) for refilling freed blocks.
+    // Poisoned pages (K and V pages have the same stride) for refilling freed blocks: a run of
+    // adjacent freed blocks is refilled by one copy.
     const std::size_t page = static_cast<std::size_t>(host_cache_.key.stride(0)) * es;
-    PAGEDATTN_RETURN_IF_ERROR(dev_poison_.reserve(page));
-    PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_device(dev_poison_.get(), host_k_.data(), page));
+    poison_pages_ = std::min<std::int64_t>(kPoisonPages, num_blocks);
+    PAGEDATTN_RETURN_IF_ERROR(dev_poison_.reserve(page * poison_pages_));
+    PAGEDATTN_RETURN_IF_ERROR(
+        cuda::copy_to_device(dev_poison_.get(), host_k_.data(), page * poison_pages_));
     Result<KVCache> dev_cache =
         make_kv_cache(spec, dev_k_.get(), dev_v_.get(), device, k_scale, v_scale);
     if (!dev_cache.ok()) return dev_cache.status();
@@ -329,31 +332,44 @@ Status Replay::mirror_blocks(const std::vector<std::int32_t>& blocks, std::int64
   }
   if (stale.empty()) return Status::Ok();
   // Whole pages (padding included: the stride is what separates blocks), gathered on the device
-  // by copies that do not wait into one staging buffer, then brought over in one transfer (a
-  // 126k-token request has 8k scattered blocks).
+  // by copies that do not wait into one staging buffer, a run of adjacent blocks per copy, then
+  // brought over in one transfer (a 126k-token request has 8k scattered blocks).
+  std::sort(stale.begin(), stale.end());
+  std::vector<std::pair<std::int64_t, std::int64_t>> runs;  // (first block, count)
+  for (const std::int64_t b : stale) {
+    if (!runs.empty() && runs.back().first + runs.back().second == b) {
+      ++runs.back().second;
+    } else {
+      runs.emplace_back(b, 1);
+    }
+  }
   const auto count = static_cast<std::int64_t>(stale.size());
   for (const auto& [host, dev, view] :
        {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
         std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
                         &cache_.value)}) {
     const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
-    if (count < 4) {
-      for (const std::int64_t b : stale) {
-        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(host + b * page, dev + b * page, page));
+    if (runs.size() < 4) {
+      for (const auto& [b, n] : runs) {
+        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_to_host(host + b * page, dev + b * page, n * page));
       }
       continue;
     }
     PAGEDATTN_RETURN_IF_ERROR(dev_staging_.reserve(static_cast<std::size_t>(count) * page));
     auto* staging = static_cast<unsigned char*>(dev_staging_.get());
-    for (std::int64_t i = 0; i < count; ++i) {
+    std::int64_t at = 0;
+    for (const auto& [b, n] : runs) {
       PAGEDATTN_RETURN_IF_ERROR(
-          cuda::copy_device_to_device(staging + i * page, dev + stale[i] * page, page));
+          cuda::copy_device_to_device(staging + at * page, dev + b * page, n * page));
+      at += n;
     }
     host_staging_.resize(static_cast<std::size_t>(count) * page);
     PAGEDATTN_RETURN_IF_ERROR(
         cuda::copy_to_host(host_staging_.data(), staging, static_cast<std::size_t>(count) * page));
-    for (std::int64_t i = 0; i < count; ++i) {
-      std::memcpy(host + stale[i] * page, host_staging_.data() + i * page, page);
+    at = 0;
+    for (const auto& [b, n] : runs) {
+      std::memcpy(host + b * page, host_staging_.data() + at * page, n * page);
+      at += n;
     }
   }
   return Status::Ok();
@@ -363,26 +379,42 @@ Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
   // Freed blocks go back to NaN: a kernel that reads past a sequence's end into a reused block
   // then reads NaN instead of a finished request's plausible stale values.
   const std::size_t es = dtype_size(cache_dtype_);
-  for (const std::int32_t b : blocks) {
-    host_stale_[static_cast<std::size_t>(b)] = 0;
-    if (!corrupted_slots_.empty()) {
+  if (!corrupted_slots_.empty()) {
+    for (const std::int32_t b : blocks) {
       for (std::int64_t o = 0; o < block_size_; ++o) {
         corrupted_slots_.erase(static_cast<std::int64_t>(b) * block_size_ + o);
       }
     }
-    for (const auto& [host, dev, view] :
-         {std::make_tuple(host_k_.data(), static_cast<unsigned char*>(dev_k_.get()), &cache_.key),
-          std::make_tuple(host_v_.data(), static_cast<unsigned char*>(dev_v_.get()),
-                          &cache_.value)}) {
-      const std::size_t page = static_cast<std::size_t>(view->stride(0)) * es;
-      unsigned char* dst = host + static_cast<std::size_t>(b) * page;
-      fill_fast(dst, page, nan_);
-      if (on_cuda_) {
-        // From a poisoned device page: no host transfer, and the copy does not wait.
-        PAGEDATTN_RETURN_IF_ERROR(cuda::copy_device_to_device(
-            dev + static_cast<std::size_t>(b) * page, dev_poison_.get(), page));
+  }
+  if (!on_cuda_) {
+    for (const std::int32_t b : blocks) {
+      for (unsigned char* host : {host_k_.data(), host_v_.data()}) {
+        const std::size_t page = static_cast<std::size_t>(host_cache_.key.stride(0)) * es;
+        fill_fast(host + static_cast<std::size_t>(b) * page, page, nan_);
       }
     }
+    return Status::Ok();
+  }
+  // CUDA: the device pages are refilled from the poisoned pages (no host transfer, copies that
+  // do not wait), a run of adjacent blocks per copy; the host mirror is not written but marked
+  // stale, so that whatever reads it next (a check, a copy on write) fetches the poison.
+  std::vector<std::int32_t> sorted(blocks);
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t page = static_cast<std::size_t>(cache_.key.stride(0)) * es;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i + 1;
+    while (j < sorted.size() && sorted[j] == sorted[j - 1] + 1 &&
+           static_cast<std::int64_t>(j - i) < poison_pages_) {
+      ++j;
+    }
+    const std::size_t first = static_cast<std::size_t>(sorted[i]);
+    for (unsigned char* dev : {static_cast<unsigned char*>(dev_k_.get()),
+                               static_cast<unsigned char*>(dev_v_.get())}) {
+      PAGEDATTN_RETURN_IF_ERROR(
+          cuda::copy_device_to_device(dev + first * page, dev_poison_.get(), (j - i) * page));
+    }
+    for (std::size_t k = i; k < j; ++k) host_stale_[static_cast<std::size_t>(sorted[k])] = 1;
+    i = j;
   }
   return Status::Ok();
 }
@@ -390,7 +422,9 @@ Status Replay::poison_blocks(const std::vector<std::int32_t>& blocks) {
 Status Replay::copy_on_write(const BlockCopy& copy) {
   // Through the host mirror (copies are rare: one per request at most): the source's shared
   // slots into the new block, whose other slots keep their poison.
-  PAGEDATTN_RETURN_IF_ERROR(mirror_blocks({copy.src}, 1));
+  // The destination too: its page goes back up whole, and its mirror may still be stale from
+  // the poisoning (see poison_blocks).
+  PAGEDATTN_RETURN_IF_ERROR(mirror_blocks({copy.src, copy.dst}, 2 * block_size_));
   const std::size_t es = dtype_size(cache_dtype_);
   for (int kv = 0; kv < 2; ++kv) {
     const bool is_key = kv == 0;
@@ -514,6 +548,7 @@ Status Replay::run_step(const StepBatch& batch) {
     qsl[s + 1] = static_cast<std::int32_t>(row);
   }
   // Q/K/V values: millions of generated elements in a long prefill step, so on every thread.
+  const auto t_inputs = std::chrono::steady_clock::now();
   parallel_for(T, std::max(1, report_.threads), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) {
       const ScheduledSeq& seq = batch.seqs[static_cast<std::size_t>(row_seq[row])];
@@ -534,6 +569,7 @@ Status Replay::run_step(const StepBatch& batch) {
                         &seq_lens_, &qsl_}) {
     PAGEDATTN_RETURN_IF_ERROR(in_step(step, "copying inputs to the device", b->upload(on_cuda_)));
   }
+  report_.inputs_s += seconds_since(t_inputs);
 
   // ---- write the new tokens' K/V
   const TensorView key = TensorView::contiguous(key_.data(on_cuda_), dtype_, {T, KVH, D}, device_);
@@ -633,11 +669,14 @@ Status Replay::run_step(const StepBatch& batch) {
   if (config_.verify_rows > 0) {
     t = std::chrono::steady_clock::now();
     PAGEDATTN_RETURN_IF_ERROR(verify_rows(batch));
+    report_.oracle_s += seconds_since(t);
+    const auto t_cache = std::chrono::steady_clock::now();
     for (const ScheduledSeq& seq : batch.seqs) {
       if (scheduler_->finishes(seq)) {
         PAGEDATTN_RETURN_IF_ERROR(check_request_cache(seq, step));
       }
     }
+    report_.cache_check_s += seconds_since(t_cache);
     report_.verify_s += seconds_since(t);
   }
   return Status::Ok();
@@ -697,15 +736,23 @@ Result<ReplayReport> Replay::run() {
   std::int64_t& tokens_done = tokens_done_;
   const bool sampling = config_.sample_interval_s > 0;
   if (sampling) take_sample();
+  bool admission_closed = false;
   while (!scheduler_->done()) {
     // A soak keeps the queue fed, cycling through the trace, until its time is up. A short
     // queue is enough (admission takes what the budget and the pool allow each step) and
     // keeps what must still drain after the time is up small.
-    if (config_.duration_s > 0 && seconds_since(t0_) < config_.duration_s) {
-      while (scheduler_->num_waiting() < 16) {
-        Result<RequestSpec> spec = make_spec(next_request_);
-        if (!spec.ok()) return spec.status();
-        PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));
+    if (config_.duration_s > 0 && !admission_closed) {
+      if (seconds_since(t0_) < config_.duration_s) {
+        while (scheduler_->num_waiting() < 16) {
+          Result<RequestSpec> spec = make_spec(next_request_);
+          if (!spec.ok()) return spec.status();
+          PAGEDATTN_RETURN_IF_ERROR(scheduler_->add_request(std::move(spec).value()));
+        }
+      } else {
+        // The deadline: nothing more is admitted; what runs finishes (and is checked).
+        r.requests_not_admitted = scheduler_->drop_waiting();
+        admission_closed = true;
+        if (scheduler_->done()) break;
       }
     }
     Result<StepBatch> scheduled = scheduler_->schedule();

@@ -268,6 +268,11 @@ class Scheduler {
   /// scheduler bugs).
   Result<StepBatch> schedule();
 
+  /// Remove the requests still waiting (never admitted) and return how many: a soak's deadline
+  /// stops admission, the running requests go on to their finish. Indices of the remaining
+  /// requests do not change.
+  std::int64_t drop_waiting();
+
   /// Append a request behind the waiting ones (a soak that runs longer than the trace).
   /// Errors: those of create() for one request; its index is num_requests() before the call.
   Status add_request(RequestSpec spec);
@@ -429,8 +434,10 @@ struct ReplayConfig {
   PrefixSharing prefix_sharing = PrefixSharing::kAuto;
   /// > 0: a soak: keep admitting requests after the first `requests`, cycling through the
   /// trace (request i replays record i mod R; pass i / R > 0 salts the prefix hashes, so
-  /// passes share nothing with each other), until this many seconds have passed; then the
-  /// running and waiting requests finish. At least `requests` requests are replayed.
+  /// passes share nothing with each other), until this many seconds have passed. At the
+  /// deadline admission stops: the requests still waiting are dropped (never started; counted
+  /// in ReplayReport::requests_not_admitted, even those of the first `requests`), the running
+  /// ones finish and are checked, then the report is made.
   double duration_s = 0;
   /// > 0: seconds between soak samples (ReplayProgress::sample, ReplayReport::samples).
   double sample_interval_s = 0;
@@ -525,7 +532,10 @@ struct ReplayReport {
   double write_kv_s = 0;
   double plan_s = 0;
   double verify_s = 0;      // oracle + cache check
-  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: two copies per block)
+  double oracle_s = 0;      // of verify_s: the sampled rows (mirroring their blocks, the oracle)
+  double cache_check_s = 0; // of verify_s: finished requests' caches (mirroring, comparing)
+  double inputs_s = 0;      // generating the step's Q/K/V and copying the inputs to the device
+  double poison_s = 0;      // refilling freed blocks with NaN (CUDA: a copy per run of blocks)
   double wall_s = 0;        // whole run_replay
   /// 4 * sum over query rows of (keys attended) * num_heads * head_size: the multiply-adds of
   /// QK^T and PV, counted as 2 flops each.
@@ -589,6 +599,7 @@ struct ReplayReport {
   // ---- soak
   double duration_s = 0;                   // asked for (0 = no soak)
   std::int64_t trace_passes = 1;           // passes over the trace's records (started)
+  std::int64_t requests_not_admitted = 0;  // waiting at the deadline, dropped (duration_s > 0)
   std::int64_t faults_injected = 0;
   std::int64_t faults_detected = 0;
   std::int64_t output_faults_injected = 0;

@@ -6,6 +6,7 @@
 #include "src/serving/replay.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -192,6 +193,10 @@ class Replay {
   // block by block on CUDA); cache_ views the memory attention reads.
   std::vector<unsigned char> host_k_, host_v_;
   DeviceMemory dev_k_, dev_v_, dev_poison_;
+  // Pages in dev_poison_: the longest run of adjacent freed blocks one copy refills (4 MiB of
+  // a Llama-1B bf16 page size).
+  static constexpr std::int64_t kPoisonPages = 256;
+  std::int64_t poison_pages_ = 1;
   DeviceMemory dev_staging_;                 // mirror_blocks' gathered pages
   std::vector<unsigned char> host_staging_;
   KVCache cache_;

@@ -40,11 +40,25 @@ Status Replay::check_request_cache(const ScheduledSeq& seq, std::int64_t step) {
         const TensorView& view = is_key ? host_cache_.key : host_cache_.value;
         const float scale = is_key ? host_cache_.k_scale : host_cache_.v_scale;
         const unsigned char* base = static_cast<const unsigned char*>(view.data);
+        // Same dtype and no fp8 scale: what write_kv stores is the generated value's bits.
+        const bool whole_heads = cache_dtype_ == dtype_ && !is_fp8(cache_dtype_) &&
+                                 host_cache_.layout != KVLayout::kSplit && view.stride(3) == 1;
         fill_row(rounded.data(), dtype_, 0,
                  kv_row_key(config_.seed, is_key ? Stream::kKey : Stream::kValue, spec, request,
                             pos),
                  row);
         for (int h = 0; h < num_kv_heads_; ++h) {
+          if (whole_heads) {
+            // The head's dims are adjacent and stored as generated: one comparison, and the
+            // element loop below only to name a mismatch.
+            const std::int64_t off0 = cache_offset(view, host_cache_.layout, is_key, x_, block,
+                                                   offset, h, 0);
+            if (std::memcmp(base + off0 * static_cast<std::int64_t>(es),
+                            rounded.data() + static_cast<std::size_t>(h) * head_size_ * es,
+                            static_cast<std::size_t>(head_size_) * es) == 0) {
+              continue;
+            }
+          }
           for (int d = 0; d < head_size_; ++d) {
             float v = numeric::load_as_float(rounded.data(), dtype_,
                                              static_cast<std::int64_t>(h) * head_size_ + d);
@@ -182,32 +196,26 @@ Status Replay::verify_rows(const StepBatch& batch) {
     sl_ref[p] = static_cast<std::int32_t>(seq.context_len + (row - qsl[s]) + 1);
     qsl_ref[p + 1] = static_cast<std::int32_t>(p + 1);
   }
-  // The oracle is naive and single-threaded by design; the sampled rows and the KV heads are
-  // independent, so (row group, KV-head group) tasks go to the CPU threads: a handful of
-  // long-context rows (a soak's 126k-token contexts) still keep every thread busy. Each head's
-  // result does not depend on which other heads share the call.
+  // The oracle is naive and single-threaded by design; the sampled rows and the heads are
+  // independent, so (row, query head) tasks go to the CPU threads from a shared counter: two
+  // long-context rows (a soak's 126k-token contexts) make 2 x num_heads tasks, enough to keep
+  // every thread busy however uneven the rows. Each head's result does not depend on which
+  // other heads share the call.
   const std::int64_t threads = std::max(1, report_.threads);
   const std::int64_t KVH = num_kv_heads_, G = H / KVH;
-  const std::int64_t row_groups = std::min<std::int64_t>(n, threads);
-  std::int64_t head_groups = 1;
-  while (KVH % (head_groups * 2) == 0 && row_groups * head_groups * 2 <= threads) {
-    head_groups *= 2;
-  }
-  const std::int64_t tasks = row_groups * head_groups;
+  const std::int64_t tasks = n * H;
   std::vector<Status> statuses(static_cast<std::size_t>(tasks));
   auto oracle = [&](std::int64_t task) {
-    const std::int64_t w = task / head_groups;
-    const std::int64_t begin = n * w / row_groups;
-    const std::int64_t rows = n * (w + 1) / row_groups - begin;
-    const std::int64_t kv0 = KVH * (task % head_groups) / head_groups;
-    const std::int64_t kvn = KVH / head_groups;
-    const std::int64_t h0 = kv0 * G, hn = kvn * G;
+    const std::int64_t begin = task / H;
+    const std::int64_t rows = 1;
+    const std::int64_t h0 = task % H, hn = 1;
+    const std::int64_t kv0 = h0 / G, kvn = 1;
     AttentionArgs ref;
     ref.query = TensorView::strided(
         q_ref.data() + static_cast<std::size_t>((begin * H + h0) * D) * esq, dtype_,
         {rows, hn, D}, {H * D, D, 1});
     ref.cache = host_cache_;
-    // The heads [kv0, kv0 + kvn) of the cache: same pages, the head dimension narrowed.
+    // The head kv0 of the cache: same pages, the head dimension narrowed.
     const int head_dim = host_cache_.layout == KVLayout::kNHD ? 2 : 1;
     for (TensorView* t : {&ref.cache.key, &ref.cache.value}) {
       t->data = static_cast<unsigned char*>(t->data) +
@@ -217,7 +225,7 @@ Status Replay::verify_rows(const StepBatch& batch) {
     ref.block_table =
         TensorView::contiguous(bt_ref.data() + begin * W, DType::kInt32, {rows, W});
     ref.seq_lens = TensorView::contiguous(sl_ref.data() + begin, DType::kInt32, {rows});
-    // Every sub-batch row has query_len 1, so qsl_ref[0 .. rows] = 0 .. rows serves any group.
+    // Every sub-batch row has query_len 1, so qsl_ref[0 .. rows] = 0 .. rows serves any row.
     ref.query_start_loc = TensorView::contiguous(qsl_ref.data(), DType::kInt32, {rows + 1});
     ref.out = TensorView::strided(out_ref.data() + (begin * H + h0) * D, DType::kFloat32,
                                   {rows, hn, D}, {H * D, D, 1});
@@ -226,8 +234,9 @@ Status Replay::verify_rows(const StepBatch& batch) {
     ref.params.scale = scale_;
     statuses[static_cast<std::size_t>(task)] = reference_attention(ref);
   };
-  parallel_for(tasks, tasks, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t task = b; task < e; ++task) oracle(task);
+  std::atomic<std::int64_t> next_task{0};
+  parallel_for(threads, threads, [&](std::int64_t, std::int64_t) {
+    for (std::int64_t task; (task = next_task.fetch_add(1)) < tasks;) oracle(task);
   });
   for (const Status& st : statuses) {
     PAGEDATTN_RETURN_IF_ERROR(in_step(batch.step, "reference_attention", st));

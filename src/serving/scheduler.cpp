@@ -72,6 +72,13 @@ Status Scheduler::validate(const RequestSpec& spec, std::size_t i) const {
   return Status::Ok();
 }
 
+std::int64_t Scheduler::drop_waiting() {
+  const std::int64_t dropped = num_waiting();
+  // Waiting requests hold no blocks and no table entries: they are only their specs.
+  requests_.resize(static_cast<std::size_t>(next_waiting_));
+  return dropped;
+}
+
 Status Scheduler::add_request(RequestSpec spec) {
   PAGEDATTN_RETURN_IF_ERROR(validate(spec, requests_.size()));
   RequestState state;
