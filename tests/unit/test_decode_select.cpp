@@ -799,6 +799,20 @@ TEST(DecodeMmaSupport, SplitLayoutAtBlockSize1RunsAsRows) {
   cache.key.dtype = cache.value.dtype = DType::kFloat8E4M3;
   EXPECT_FALSE(decode_mma_split_as_rows(cache));
   cache.key.dtype = cache.value.dtype = DType::kBFloat16;
+  // The stride check of a whole call: the value's dim stride (1, the row) is the one stride
+  // exempt from the 16-byte rule (round 2 on the H200: every block-size-1 split call fell back
+  // to the tiled kernel because the check read it as a misaligned dim stride).
+  AttentionArgs a;
+  a.query = TensorView::strided(nullptr, DType::kBFloat16, {2, 32, d}, {32 * d, d, 1},
+                                Device::cuda(0));
+  a.out = a.query;
+  a.cache = cache;
+  EXPECT_TRUE(decode_mma_aligned_strides(a));
+  a.cache.value.strides[0] = heads * d + 4;  // a block stride off 16 bytes
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
+  a.cache = cache;
+  a.cache.key.strides[2] = 16;  // key chunks not adjacent
+  EXPECT_FALSE(decode_mma_aligned_strides(a));
   cache.key.shape[3] = cache.value.shape[3] = 16;
   EXPECT_FALSE(decode_mma_split_as_rows(cache));
 }

@@ -95,12 +95,18 @@ bool decode_mma_split_as_rows(const KVCache& cache) {
 }
 
 bool decode_mma_aligned_strides(const AttentionArgs& args) {
-  if (!mma_copy_aligned_strides(args)) return false;
   // Split layout at block size 1 runs as rows: the key's 8-element chunks and the value's dims
-  // must follow each other (dense within the block, as KVCacheSpec allocates them).
-  if (decode_mma_split_as_rows(args.cache) &&
-      (args.cache.key.strides[2] != 8 || args.cache.value.strides[2] != 1))
+  // must follow each other (dense within the block, as KVCacheSpec allocates them). The
+  // value's dim stride is then 1 (the row itself), the one stride exempt from the 16-byte
+  // rule below; every other stride must keep 16-byte copies aligned.
+  if (decode_mma_split_as_rows(args.cache)) {
+    if (args.cache.key.strides[2] != 8 || args.cache.value.strides[2] != 1) return false;
+    AttentionArgs rows = args;
+    rows.cache.value.shape[2] = 1;  // only for the check: the dim stride is the row's
+    if (!mma_copy_aligned_strides(rows)) return false;
+  } else if (!mma_copy_aligned_strides(args)) {
     return false;
+  }
   // fp8 caches: 16 bytes are 16 elements.
   const DType kv = args.cache.key.dtype;
   if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
