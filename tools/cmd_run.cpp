@@ -136,6 +136,11 @@ Result<serving::ReplayConfig> to_replay_config(const RunFlags& f) {
   if (!sharing.ok()) return sharing.status();
   c.prefix_sharing = *sharing;
   c.duration_s = f.duration;
+  // -1 (the default) picks the interval below; any other negative value or NaN is refused.
+  if (std::isnan(f.report_interval) || (f.report_interval < 0 && f.report_interval != -1.0)) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("--report-interval {}: expected 0 .. 1e7 seconds", f.report_interval));
+  }
   c.sample_interval_s = f.report_interval >= 0 ? f.report_interval
                         : (f.duration > 0 || !f.report_file.empty()) ? 30.0
                                                                      : 0.0;
@@ -551,8 +556,10 @@ int run_run(const RunFlags& flags) {
   if (!flags.report_file.empty() && !write_report_file(flags.report_file, json_report(*report))) {
     report_write_failed = true;
   }
+  // A report asked for and not written is a failed run for whoever polls it (a soak's
+  // driver): exit 2 after the replay's own output, not a warning under exit 0.
   if (report_write_failed) {
-    std::fprintf(stderr, "pagedattn run: warning: could not write the report file %s\n",
+    std::fprintf(stderr, "pagedattn run: error: --report %s: could not write the report file\n",
                  flags.report_file.c_str());
   }
   if (flags.json) {
@@ -561,7 +568,8 @@ int run_run(const RunFlags& flags) {
     print_header(*report);
     print_report(*report);
   }
-  return report->pass ? kExitOk : kExitMismatch;
+  if (!report->pass) return kExitMismatch;
+  return report_write_failed ? kExitInvalid : kExitOk;
 }
 
 std::string list_traces() {

@@ -90,8 +90,9 @@ def _run(args) -> int:
     for name in ("block_size", "max_new_tokens", "token_budget", "max_seqs"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')}: {getattr(args, name)}, must be >= 1")
-    if args.num_blocks < 0 or args.arrival_every < 0:
-        raise UsageError("--num-blocks / --arrival-every: must be >= 0")
+    for name in ("num_blocks", "arrival_every"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')}: {getattr(args, name)}, must be >= 0")
 
     import torch
 
@@ -99,12 +100,17 @@ def _run(args) -> int:
     from .models import (PagedKVCache, PagedLlama, chat_prompt, find_smollm2_gguf,
                          gguf_tokenizer, load_gguf_llama)
 
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as e:  # torch's message for a string that names no device
+        raise UsageError(f"--device {args.device}: not a device ({e})") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"--device {args.device}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {args.device}: CUDA is not available")
     path = args.model or find_smollm2_gguf()
     if not os.path.isfile(path):
         raise UsageError(f"--model: {path!r} does not exist")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: CUDA is not available")
     dtype = getattr(torch, DTYPES[args.dtype or ("bf16" if device.type == "cuda" else "fp32")])
 
     t_load = time.perf_counter()

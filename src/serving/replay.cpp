@@ -12,6 +12,27 @@ void Replay::record_failure(std::string what) {
   report_.pass = false;
 }
 
+void Replay::count_spec(const TraceRecord& rec, std::int64_t prompt, std::int64_t output,
+                        int sign) {
+  report_.prompts_clipped += sign * (prompt < rec.prompt_tokens);
+  report_.outputs_clipped += sign * (output < rec.output_tokens);
+  report_.prompts_raised += sign * (prompt > rec.prompt_tokens);
+  report_.outputs_raised += sign * (output > rec.output_tokens);
+  report_.trace_prompt_tokens += sign * rec.prompt_tokens;
+  report_.trace_output_tokens += sign * rec.output_tokens;
+}
+
+void Replay::uncount_dropped(std::int64_t dropped) {
+  // The waiting requests a soak drops at its deadline are the last `dropped` that make_spec
+  // built: the report's clipping counts and trace totals cover the replayed requests only.
+  const auto available = static_cast<std::int64_t>(trace_.records.size());
+  for (std::int64_t index = next_request_ - dropped; index < next_request_; ++index) {
+    const TraceRecord& rec = trace_.records[static_cast<std::size_t>(index % available)];
+    count_spec(rec, std::clamp<std::int64_t>(rec.prompt_tokens, 1, config_.max_prompt),
+               std::clamp<std::int64_t>(rec.output_tokens, 1, config_.max_output), -1);
+  }
+}
+
 Result<RequestSpec> Replay::make_spec(std::int64_t index) {
   const ReplayConfig& c = config_;
   const auto available = static_cast<std::int64_t>(trace_.records.size());
@@ -23,12 +44,7 @@ Result<RequestSpec> Replay::make_spec(std::int64_t index) {
   // prompt token to prefill and produces at least one token. Counted apart from the clipped.
   spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
   spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
-  report_.prompts_clipped += spec.prompt_tokens < rec.prompt_tokens;
-  report_.outputs_clipped += spec.output_tokens < rec.output_tokens;
-  report_.prompts_raised += spec.prompt_tokens > rec.prompt_tokens;
-  report_.outputs_raised += spec.output_tokens > rec.output_tokens;
-  report_.trace_prompt_tokens += rec.prompt_tokens;
-  report_.trace_output_tokens += rec.output_tokens;
+  count_spec(rec, spec.prompt_tokens, spec.output_tokens, 1);
   if (spec.prompt_tokens + spec.output_tokens > max_model_len_) {
     return invalid(fmt::format(
         "--max-model-len {}: request {} has {} prompt + {} output tokens; use at least {}",
@@ -751,6 +767,7 @@ Result<ReplayReport> Replay::run() {
       } else {
         // The deadline: nothing more is admitted; what runs finishes (and is checked).
         r.requests_not_admitted = scheduler_->drop_waiting();
+        uncount_dropped(r.requests_not_admitted);
         admission_closed = true;
         if (scheduler_->done()) break;
       }

@@ -153,6 +153,10 @@ class Replay {
  private:
   Status setup();
   Result<RequestSpec> make_spec(std::int64_t index);
+  // Adds (sign 1) or removes (-1) one request's clipping counts and trace totals.
+  void count_spec(const TraceRecord& rec, std::int64_t prompt, std::int64_t output, int sign);
+  // Takes the `dropped` waiting requests of a soak's deadline out of those counts.
+  void uncount_dropped(std::int64_t dropped);
   Status copy_on_write(const BlockCopy& copy);
   void take_sample();
   void finish_report();

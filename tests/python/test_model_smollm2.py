@@ -201,6 +201,10 @@ def test_generate_cli_bad_input(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["--prompt", "hi", "--block-size", "0"]) == 2
     assert "--block-size" in capsys.readouterr().err
+    assert main(["--prompt", "hi", "--num-blocks", "-1"]) == 2
+    assert "--num-blocks: -1" in capsys.readouterr().err
+    assert main(["--prompt", "hi", "--device", "tpu"]) == 2
+    assert "--device tpu" in capsys.readouterr().err
 
 
 def test_generate_cli_prompt_longer_than_cache(gguf_path, capsys):
