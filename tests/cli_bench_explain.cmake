@@ -39,17 +39,17 @@ add_test(NAME cli_explain_assume_h200_forced_tile_is_tiled
 add_test(NAME cli_explain_mixed_batch_top_line_says_what_runs
   COMMAND sh -c "out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096,2048 --query-lens 1,1,512); r=$?;
                  echo \"$out\"; test $r -eq 0 &&
-                 echo \"$out\" | grep -q '^kernel *decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma (one call, planned as cuda_tiled_online_softmax' &&
+                 echo \"$out\" | grep -q '^kernel *decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma_ws (one call, planned as cuda_tiled_online_softmax' &&
                  echo \"$out\" | grep -q '^  decode rows *cuda_decode_mma_splitkv$' &&
                  out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096,2048 --query-lens 1,1,512 --json); r=$?;
                  echo \"$out\"; test $r -eq 0 &&
                  echo \"$out\" | grep -q '\"kernel\": \"cuda_tiled_online_softmax\"' &&
                  echo \"$out\" | grep -q '\"decode\": \"cuda_decode_mma_splitkv\"' &&
-                 echo \"$out\" | grep -q '\"prefill\": \"cuda_prefill_wgmma\"' &&
-                 echo \"$out\" | grep -q '\"runs\": \"decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma\"' &&
+                 echo \"$out\" | grep -q '\"prefill\": \"cuda_prefill_wgmma_ws\"' &&
+                 echo \"$out\" | grep -q '\"runs\": \"decode rows: cuda_decode_mma_splitkv; prefill rows: cuda_prefill_wgmma_ws\"' &&
                  out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,2048 --query-lens 512,512); r=$?;
                  echo \"$out\"; test $r -eq 0 &&
-                 echo \"$out\" | grep -q '^kernel *prefill rows: cuda_prefill_wgmma (one call' &&
+                 echo \"$out\" | grep -q '^kernel *prefill rows: cuda_prefill_wgmma_ws (one call' &&
                  ! echo \"$out\" | grep -q '^kernel .*decode rows'"
           $<TARGET_FILE:pagedattn_cli>)
 # Usage errors: an unknown preset, a --device that contradicts the preset.
