@@ -12,8 +12,15 @@ void Replay::record_failure(std::string what) {
   report_.pass = false;
 }
 
-void Replay::count_spec(const TraceRecord& rec, std::int64_t prompt, std::int64_t output,
-                        int sign) {
+// A length of 0 (absent from the shipped traces) is raised to 1: every request needs a prompt
+// token to prefill and produces at least one token. Counted apart from the clipped.
+std::pair<std::int64_t, std::int64_t> Replay::replayed_lengths(const TraceRecord& rec) const {
+  return {std::clamp<std::int64_t>(rec.prompt_tokens, 1, config_.max_prompt),
+          std::clamp<std::int64_t>(rec.output_tokens, 1, config_.max_output)};
+}
+
+void Replay::count_spec(const TraceRecord& rec, int sign) {
+  const auto [prompt, output] = replayed_lengths(rec);
   report_.prompts_clipped += sign * (prompt < rec.prompt_tokens);
   report_.outputs_clipped += sign * (output < rec.output_tokens);
   report_.prompts_raised += sign * (prompt > rec.prompt_tokens);
@@ -26,25 +33,18 @@ void Replay::uncount_dropped(std::int64_t dropped) {
   // The waiting requests a soak drops at its deadline are the last `dropped` that make_spec
   // built: the report's clipping counts and trace totals cover the replayed requests only.
   const auto available = static_cast<std::int64_t>(trace_.records.size());
-  for (std::int64_t index = next_request_ - dropped; index < next_request_; ++index) {
-    const TraceRecord& rec = trace_.records[static_cast<std::size_t>(index % available)];
-    count_spec(rec, std::clamp<std::int64_t>(rec.prompt_tokens, 1, config_.max_prompt),
-               std::clamp<std::int64_t>(rec.output_tokens, 1, config_.max_output), -1);
-  }
+  for (std::int64_t index = next_request_ - dropped; index < next_request_; ++index)
+    count_spec(trace_.records[static_cast<std::size_t>(index % available)], -1);
 }
 
 Result<RequestSpec> Replay::make_spec(std::int64_t index) {
-  const ReplayConfig& c = config_;
   const auto available = static_cast<std::int64_t>(trace_.records.size());
   const TraceRecord& rec = trace_.records[static_cast<std::size_t>(index % available)];
   const std::int64_t pass = index / available;
   report_.trace_passes = std::max(report_.trace_passes, pass + 1);
   RequestSpec spec;
-  // A length of 0 (absent from the shipped traces) is raised to 1: every request needs a
-  // prompt token to prefill and produces at least one token. Counted apart from the clipped.
-  spec.prompt_tokens = std::clamp<std::int64_t>(rec.prompt_tokens, 1, c.max_prompt);
-  spec.output_tokens = std::clamp<std::int64_t>(rec.output_tokens, 1, c.max_output);
-  count_spec(rec, spec.prompt_tokens, spec.output_tokens, 1);
+  std::tie(spec.prompt_tokens, spec.output_tokens) = replayed_lengths(rec);
+  count_spec(rec, 1);
   if (spec.prompt_tokens + spec.output_tokens > max_model_len_) {
     return invalid(fmt::format(
         "--max-model-len {}: request {} has {} prompt + {} output tokens; use at least {}",

@@ -16,6 +16,7 @@
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -153,8 +154,11 @@ class Replay {
  private:
   Status setup();
   Result<RequestSpec> make_spec(std::int64_t index);
+  // The prompt and output lengths a record replays with (clipped to --max-prompt /
+  // --max-output, raised to 1).
+  std::pair<std::int64_t, std::int64_t> replayed_lengths(const TraceRecord& rec) const;
   // Adds (sign 1) or removes (-1) one request's clipping counts and trace totals.
-  void count_spec(const TraceRecord& rec, std::int64_t prompt, std::int64_t output, int sign);
+  void count_spec(const TraceRecord& rec, int sign);
   // Takes the `dropped` waiting requests of a soak's deadline out of those counts.
   void uncount_dropped(std::int64_t dropped);
   Status copy_on_write(const BlockCopy& copy);
