@@ -324,4 +324,14 @@ void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges) {
   cuda::testsupport::stream_destroy(*stream);
 }
 
+void expect_on_decode_fast_path(const testing::CaseConfig& config, testing::CaseResult* result) {
+  *result = testing::run_case(config);
+  const testing::CaseResult& r = *result;
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_GT(r.elements_checked, 0);
+  EXPECT_EQ(r.choice.kernel, KernelId::kCudaDecodeMMA) << r.choice.reason;
+  EXPECT_TRUE(r.pass) << r.detail << "\n  splits " << r.choice.num_splits << ", worst ratio "
+                      << r.worst_ratio << "\n  " << r.choice.reason;
+}
+
 }  // namespace pagedattn::cudatest

@@ -17,6 +17,7 @@
 #include "src/core/numeric.h"
 #include "src/cuda/backend/cuda_backend.h"
 #include "src/cuda/tiled/cuda_config.h"
+#include "src/testing/harness.h"
 
 namespace pagedattn::cudatest {
 
@@ -205,5 +206,12 @@ class Problem {
 /// eager output and LSE bit for bit. Fatal failures return early (wrap the call in
 /// ASSERT_NO_FATAL_FAILURE).
 void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges = nullptr);
+
+/// Run `config` through the harness (testing::run_case) into `*result` and check what every
+/// decode fast-path test asks: the call succeeded, compared elements, ran on the decode fast
+/// path (KernelId::kCudaDecodeMMA) and matched the oracle (the message gives the splits, the
+/// worst ratio and the plan's reason). Fatal failures return early (wrap the call in
+/// ASSERT_NO_FATAL_FAILURE); the caller adds its own checks on `*result`.
+void expect_on_decode_fast_path(const testing::CaseConfig& config, testing::CaseResult* result);
 
 }  // namespace pagedattn::cudatest

@@ -138,13 +138,8 @@ class CudaDecodeFp8 : public ::testing::TestWithParam<CaseConfig> {};
 TEST_P(CudaDecodeFp8, MatchesOracleOnTheDecodeFastPath) {
   PA_SKIP_WITHOUT_GPU();
   const CaseConfig& config = GetParam();
-  const CaseResult result = testing::run_case(config);
-  ASSERT_TRUE(result.status.ok()) << result.status.to_string();
-  EXPECT_GT(result.elements_checked, 0);
-  EXPECT_EQ(result.choice.kernel, KernelId::kCudaDecodeMMA) << result.choice.reason;
-  EXPECT_TRUE(result.pass) << result.detail << "\n  splits " << result.choice.num_splits
-                           << ", worst ratio " << result.worst_ratio << "\n  "
-                           << result.choice.reason;
+  CaseResult result;
+  ASSERT_NO_FATAL_FAILURE(expect_on_decode_fast_path(config, &result));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeFp8, ::testing::ValuesIn(fp8_decode_cases()),
@@ -201,16 +196,11 @@ class CudaDecodeFp8Long : public ::testing::TestWithParam<CaseConfig> {};
 TEST_P(CudaDecodeFp8Long, MatchesOracleAt131072Keys) {
   PA_SKIP_WITHOUT_GPU();
   const CaseConfig& config = GetParam();
-  const CaseResult result = testing::run_case(config);
-  ASSERT_TRUE(result.status.ok()) << result.status.to_string();
-  EXPECT_GT(result.elements_checked, 0);
-  EXPECT_EQ(result.choice.kernel, KernelId::kCudaDecodeMMA) << result.choice.reason;
+  CaseResult result;
+  ASSERT_NO_FATAL_FAILURE(expect_on_decode_fast_path(config, &result));
   if (config.plan.num_splits == 1) {
     EXPECT_EQ(result.choice.num_splits, 1);
   }
-  EXPECT_TRUE(result.pass) << result.detail << "\n  splits " << result.choice.num_splits
-                           << ", worst ratio " << result.worst_ratio << "\n  "
-                           << result.choice.reason;
 }
 
 INSTANTIATE_TEST_SUITE_P(Long, CudaDecodeFp8Long, ::testing::ValuesIn(fp8_long_cases()),
@@ -270,15 +260,10 @@ class CudaDecodeFp8Skew : public ::testing::TestWithParam<CaseConfig> {};
 TEST_P(CudaDecodeFp8Skew, LongSequenceSplitWhereverItSits) {
   PA_SKIP_WITHOUT_GPU();
   const CaseConfig& config = GetParam();
-  const CaseResult result = testing::run_case(config);
-  ASSERT_TRUE(result.status.ok()) << result.status.to_string();
-  EXPECT_GT(result.elements_checked, 0);
-  EXPECT_EQ(result.choice.kernel, KernelId::kCudaDecodeMMA) << result.choice.reason;
+  CaseResult result;
+  ASSERT_NO_FATAL_FAILURE(expect_on_decode_fast_path(config, &result));
   // A work-list call (8 or more splits of the long sequence, at most 256 sequences).
   EXPECT_GE(result.choice.num_splits, 8) << result.choice.reason;
-  EXPECT_TRUE(result.pass) << result.detail << "\n  splits " << result.choice.num_splits
-                           << ", worst ratio " << result.worst_ratio << "\n  "
-                           << result.choice.reason;
 }
 
 INSTANTIATE_TEST_SUITE_P(Skew, CudaDecodeFp8Skew, ::testing::ValuesIn(skew_cases()), param_name);
