@@ -1,5 +1,6 @@
 // fp8 caches and head 256 on the CUDA decode fast path (decode_mma_kernel.cuh, KV = e4m3 /
-// e5m2): every layout, head sizes 64, 128 and 256, GQA groups of 1-16 (1-8 for head 256), block
+// e5m2): every layout, head sizes 64, 128, 256 and 512, GQA groups of 1-16 (1-8 for heads 256
+// and 512), block
 // sizes that do and do not divide the 64-token tile,
 // the merge modes (one split, cluster merge, merge kernel) and the score modifiers, through
 // the shared harness (cache written by write_kv into NaN-poisoned memory, compared with the
@@ -104,11 +105,44 @@ std::vector<CaseConfig> fp8_decode_cases() {
         ++n;
       }
     }
+  // fp8 head 512 (GQA <= 8): 2 warps on 32-token tiles, Q^T's fragments read per k-step pair
+  // (decode_mma_kernel.cuh, !QREG), 4 stages; lengths around the 16-token warp rows, the
+  // 32-token tiles and the 64-token split unit.
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
+      const int gqas[] = {1, 3, 4, 8};
+      for (int i = 0; i < 2; ++i) {
+        const int gqa = gqas[static_cast<std::size_t>(n + i) % 4];
+        CaseConfig c;
+        c.device = Device::cuda();
+        c.layout = layout;
+        c.num_kv_heads = 2;
+        c.num_heads = 2 * gqa;
+        c.head_size = 512;
+        c.block_size = layout == KVLayout::kSplit ? (i % 2 ? 32 : 16) : (i % 2 ? 7 : 16);
+        c.dtype = n % 2 ? DType::kFloat16 : DType::kBFloat16;
+        c.kv_dtype = kv;
+        c.k_scale = 0.125f;
+        c.v_scale = 0.03125f;
+        c.seq_lens = {1, 17, 31, 32, 33, 64, 65, 700, 2500, 40};
+        c.query_lens = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
+        c.seed = 5600 + static_cast<std::uint64_t>(n);
+        switch (n % 4) {
+          case 1: c.plan.num_splits = 3; break;
+          case 2: c.sliding_window = 100; c.sinks = true; break;
+          case 3: c.softcap = 30.0f; c.alibi = true; c.lse = false; break;
+          default: break;
+        }
+        out.push_back(c);
+        ++n;
+      }
+    }
   // One sequence alone (the latency-bound one-wave cuts: cluster merge of 2-8 splits).
   for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kBFloat16})
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit})
-      for (int head : {128, 256}) {
+      for (int head : {128, 256, 512}) {
       if ((kv == DType::kFloat8E5M2) != (layout == KVLayout::kSplit) && head == 256) continue;
+      if (head == 512 && !is_fp8(kv)) continue;  // 16-bit head 512: test_cuda_decode_heads.cpp
       CaseConfig c;
       c.device = Device::cuda();
       c.layout = layout;
@@ -277,10 +311,11 @@ TEST(CudaDecodeOccupancy, DeviceRunsTheCtasPerSmThePlanCounts) {
   auto info = query_device(Device::cuda(0));
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   for (DType kv : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2})
-    for (int head : {64, 128, 256})
+    for (int head : {64, 128, 256, 512})
       for (int gqa : {4, 16})
         for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit}) {
-          if (head == 256 && gqa > 8) continue;
+          if (head >= 256 && gqa > 8) continue;
+          if (head == 512 && !is_fp8(kv)) continue;  // decode_mma_device_ctas_per_sm: fp8 only
           const DType q = kv == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
           const int kvb = is_fp8(kv) ? 1 : 2;
           const int hw = cuda::decode_mma_device_ctas_per_sm(head, gqa, q, kv, layout);

@@ -724,9 +724,27 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
   ProblemDesc f8 = decode_problem({100}, 32, 8, 80);
   f8.cache_dtype = DType::kFloat8E4M3;
   EXPECT_FALSE(decode_mma_supported(f8, &why));
-  EXPECT_EQ(why, "fp8 cache with head_size other than 64, 128 or 256");
-  f8.head_size = 128;
-  EXPECT_TRUE(decode_mma_supported(f8, &why)) << why;
+  EXPECT_EQ(why, "fp8 cache with head_size other than 64, 128, 256 or 512");
+  for (int head : {96, 112, 192}) {
+    f8.head_size = head;
+    EXPECT_FALSE(decode_mma_supported(f8, &why)) << head;
+  }
+  for (int head : {64, 128, 256, 512}) {
+    f8.head_size = head;
+    EXPECT_TRUE(decode_mma_supported(f8, &why)) << head << ": " << why;
+  }
+  // fp8 head 512: 4 stages of 32-token K + V tiles (16 KB each) and 16 query rows
+  // (16-bit), one CTA
+  // per SM (decode_mma_stages, decode_mma_sm_ctas).
+  EXPECT_EQ(decode_mma_stages(512, 1), 4);
+  // (plus 512 bytes of slack to align the tiles to their 512-byte rows)
+  EXPECT_EQ(decode_mma_smem_bytes_for(512, 1, 4), 4 * 2 * 32 * 512 + 16 * 512 * 2 + 512);
+  EXPECT_EQ(decode_mma_slots(512, 8, kH200Units, kH200Smem, 0, 1), kH200Units);
+  f8.head_size = 512;
+  f8.num_heads = 32;
+  f8.num_kv_heads = 2;  // GQA 16
+  EXPECT_FALSE(decode_mma_supported(f8, &why));
+  EXPECT_EQ(why, "head_size 512 with a GQA ratio above 8");
 
   for (int head : {80, 96, 112}) {
     EXPECT_EQ(decode_mma_row_elems(head), 128);

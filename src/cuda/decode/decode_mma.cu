@@ -66,10 +66,11 @@ Status launch_heads(const DecodeParams& p, int head, bool bf16, bool fp8, bool p
 }  // namespace
 
 int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout) {
-  if (head_size != 64 && head_size != 128 && head_size != 256) return 0;
+  const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
+  if (head_size != 64 && head_size != 128 && head_size != 256 && !(fp8 && head_size == 512))
+    return 0;
   const bool split = layout == KVLayout::kSplit;
-  if (kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2)
-    return decode::fp8_ctas_per_sm(head_size, gqa, kv, layout);
+  if (fp8) return decode::fp8_ctas_per_sm(head_size, gqa, kv, layout);
   return q == DType::kBFloat16 ? ctas_16bit_head<__nv_bfloat16>(head_size, gqa, split)
                                : ctas_16bit_head<__half>(head_size, gqa, split);
 }

@@ -194,16 +194,21 @@ bool decode_merge_early_exit();
 ///  - head 64: 3 stages (4 CTAs per SM, registers). 6 stages (the bytes in flight of the
 ///    16-bit kernel) measured slower on every even row (H200, W1 split 72.1 against 69.6 us,
 ///    64 x 1016 34.3 against 31.0);
-///  - head 256: 3 stages (2 CTAs per SM: 104 KB each).
+///  - head 256: 3 stages (2 CTAs per SM: 104 KB each);
+///  - head 512: 4 stages of 32-token tiles (148 KB, one CTA per SM): 3 tiles of 32 KB (K + V)
+///    in flight, against 2 of 64 KB for the 16-bit instance; 3 stages (113 KB) would leave
+///    the SM a CTA's worth short of a second CTA by a few hundred bytes, a count that the
+///    plan and the hardware could then disagree on.
 /// `tuned` = false gives the previous choice (decode_mma_fp8_tuned).
 constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool tuned = true) {
   if (kv_bytes != 1) return kDecodeStages;
+  if (head_size == 512) return 4;
   if (head_size == 128) return tuned && gqa <= 8 ? 4 : 6;
   return kDecodeStages;
 }
 
-/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128
-/// and 256 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
+/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128,
+/// 256 and 512 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
 /// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7, 12 and 32 for the new heads).
 constexpr bool decode_mma_head_instance(int head_size) {
   return head_size == 64 || head_size == 80 || head_size == 96 || head_size == 112 ||
@@ -280,7 +285,7 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 /// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
 /// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192,
 /// 256 or 512 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches:
-/// heads 64, 128 and 256 only; other head sizes keep the tiled kernel), and for the split
+/// heads 64, 128, 256 and 512 only; other head sizes keep the tiled kernel), and for the split
 /// layout block_size % 8 == 0 (16-bit caches; or 1: decode_mma_split_as_rows) / % 16 == 0
 /// (fp8): 16-byte value chunks must not cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.

@@ -10,6 +10,7 @@ Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layou
                        const DecodeGrid& gr, cudaStream_t stream) {
   if (head == 64) return launch_fp8<64>(p, kv, layout, gr, stream);
   if (head == 128) return launch_fp8<128>(p, kv, layout, gr, stream);
+  if (head == 512) return launch_fp8_h512_call(p, kv, layout, gr, stream);
   return launch_fp8<256>(p, kv, layout, gr, stream);
 }
 
@@ -43,6 +44,7 @@ int fp8_ctas_kv(int head, int gqa, bool split) {
 }  // namespace
 
 int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout) {
+  if (head == 512) return fp8_h512_ctas_per_sm(kv, layout);
   const bool split = layout == KVLayout::kSplit;
   return kv == DType::kFloat8E4M3 ? fp8_ctas_kv<kKvE4M3>(head, gqa, split)
                                   : fp8_ctas_kv<kKvE5M2>(head, gqa, split);

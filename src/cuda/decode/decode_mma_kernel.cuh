@@ -464,13 +464,28 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
       // 1024 bytes: the swizzle c ^ (r % 8) only touches the chunk's low 3 bits).
       const unsigned q_row = smem_addr(sQ + (lane & 7) * QP);
       const unsigned q_off = static_cast<unsigned>(((lane >> 3) ^ (lane & 7)) << 4);
+      // fp8: the B fragments of k-steps 2j and 2j + 1 into slot (QREG ? j : 0) of `f`. The
+      // permuted k-step c (dims 16c..16c+15) takes dims 16c + 4m .. + 3 of head nt*8 + lane/4
+      // (m = lane % 4), held at (b0, b1) as for 16-bit caches.
+      auto fp8_q_frags = [&](unsigned (&f)[NT][QREG ? QJ : 1][4], int j) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int c = 2 * j + h, r = nt * 8 + (lane >> 2), m = lane & 3;
+            const uint2 w = *reinterpret_cast<const uint2*>(sQ + swz(r, 2 * c + (m >> 1), HEAD) +
+                                                            4 * (m & 1));
+            f[nt][QREG ? j : 0][h * 2] = w.x;
+            f[nt][QREG ? j : 0][h * 2 + 1] = w.y;
+          }
+      };
       if constexpr (F8) {
         if (p.q_bf16) {
           // bf16 query -> fp16 in place, head row r times 2^s_r with s_r = 14 - exponent of its
           // largest |q| (so it stays below 2^15); s_qinv[r] = 2^-s_r undoes it in the scores.
           // A zero, infinite or NaN maximum keeps s_r = 0 (inf and NaN pass through).
           constexpr int E = HEAD / 32;  // elements per lane (a row's chunks, in any order)
-          for (int r = warp; r < NH; r += 4) {
+          for (int r = warp; r < NH; r += WARPS) {
             std::uint16_t* row = reinterpret_cast<std::uint16_t*>(sQ) + r * HEAD + lane * E;
             float v[E], mx = 0.f;
 #pragma unroll
@@ -491,18 +506,12 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
           s_qinv[tid] = 1.f;
         }
         __syncthreads();
-        // B fragments of the permuted k-steps: k-step c (dims 16c..16c+15) takes dims 16c + 4m
-        // .. + 3 of head nt*8 + lane/4 (m = lane % 4), held at (b0, b1) as for 16-bit caches.
+        // B fragments of the permuted k-steps (fp8_q_frags); head 512 reads them per k-step
+        // pair in the S^T loop instead (!QREG).
+        if constexpr (QREG) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int c = 0; c < KSTEPS; ++c) {
-            const int r = nt * 8 + (lane >> 2), m = lane & 3;
-            const uint2 w = *reinterpret_cast<const uint2*>(sQ + swz(r, 2 * c + (m >> 1), HEAD) +
-                                                            4 * (m & 1));
-            qf[nt][c >> 1][(c & 1) * 2] = w.x;
-            qf[nt][c >> 1][(c & 1) * 2 + 1] = w.y;
-          }
+          for (int j = 0; j < QJ; ++j) fp8_q_frags(qf, j);
+        }
       } else {
         // B fragments of Q^T (k = head dims, n = heads): matrix m of an x4 load is dims
         // [8(4j + m), +8) of heads nt*8 + 0..7, i.e. (b0, b1) of k-steps 2j and 2j + 1. An odd
@@ -568,6 +577,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
             // Chunks 2 s2 and 2 s2 + 1 of 16 tokens: matrices (tokens 0-7, 8-15) x 2 chunks.
             unsigned r[4];
             ldmatrix_x4(r, SPLIT ? kst + s2 * 2 * TOK * 16 : kst ^ (s2 * 32u));
+            if constexpr (!QREG) fp8_q_frags(qf, s2);
+            const int qs = QREG ? s2 : 0;
             unsigned a0[4], a1[4];
             fp8_pairs_to_h2<KV>(r[0], &a0[0], &a0[2]);
             fp8_pairs_to_h2<KV>(r[1], &a0[1], &a0[3]);
@@ -575,8 +586,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
             fp8_pairs_to_h2<KV>(r[3], &a1[1], &a1[3]);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
-              mma16816<T>(sc[nt], a0, qf[nt][s2][0], qf[nt][s2][1]);
-              mma16816<T>(sc2[nt], a1, qf[nt][s2][2], qf[nt][s2][3]);
+              mma16816<T>(sc[nt], a0, qf[nt][qs][0], qf[nt][qs][1]);
+              mma16816<T>(sc2[nt], a1, qf[nt][qs][2], qf[nt][qs][3]);
             }
           }
         } else

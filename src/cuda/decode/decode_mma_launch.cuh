@@ -37,6 +37,11 @@ Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layou
                        const DecodeGrid& gr, cudaStream_t stream);
 /// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu).
 int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout);
+/// launch_fp8_call and fp8_ctas_per_sm for head 512 (GQA <= 8), in decode_mma_fp8_h512.cu: its
+/// eight instances are the largest of the fp8 kernels and compile in parallel with the others.
+Status launch_fp8_h512_call(const DecodeParams& p, DType kv, KVLayout layout,
+                            const DecodeGrid& gr, cudaStream_t stream);
+int fp8_h512_ctas_per_sm(DType kv, KVLayout layout);
 
 /// Launch the 16-bit-cache kernels of head HEAD (80, 96, 112, 192 or 512; explicitly instantiated
 /// in decode_mma_h<HEAD>.cu, one TU per head so that they compile in parallel) for a
@@ -238,7 +243,7 @@ Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& g
 template <int HEAD, int KV, class TO>
 Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                          cudaStream_t stream) {
-  if constexpr (HEAD == 256) {
+  if constexpr (HEAD >= 256) {  // GQA <= 8 only
     if (layout == KVLayout::kSplit) return launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
     return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
   } else {
