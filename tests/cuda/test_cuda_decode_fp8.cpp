@@ -106,8 +106,8 @@ std::vector<CaseConfig> fp8_decode_cases() {
       }
     }
   // fp8 head 512 (GQA <= 8): 2 warps on 32-token tiles, Q^T's fragments read per k-step pair
-  // (decode_mma_kernel.cuh, !QREG), 4 stages; lengths around the 16-token warp rows, the
-  // 32-token tiles and the 64-token split unit.
+  // (decode_mma_kernel.cuh, !QREG), 2 stages at 2 CTAs per SM; lengths around the 16-token
+  // warp rows, the 32-token tiles and the 64-token split unit.
   for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2})
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
       const int gqas[] = {1, 3, 4, 8};

@@ -733,13 +733,12 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
     f8.head_size = head;
     EXPECT_TRUE(decode_mma_supported(f8, &why)) << head << ": " << why;
   }
-  // fp8 head 512: 4 stages of 32-token K + V tiles (16 KB each) and 16 query rows
-  // (16-bit), one CTA
-  // per SM (decode_mma_stages, decode_mma_sm_ctas).
-  EXPECT_EQ(decode_mma_stages(512, 1), 4);
+  // fp8 head 512: 2 stages of 32-token K + V tiles (16 KB each) and 16 query rows (16-bit),
+  // two CTAs per SM (decode_mma_stages, decode_mma_sm_ctas).
+  EXPECT_EQ(decode_mma_stages(512, 1), 2);
   // (plus 512 bytes of slack to align the tiles to their 512-byte rows)
-  EXPECT_EQ(decode_mma_smem_bytes_for(512, 1, 4), 4 * 2 * 32 * 512 + 16 * 512 * 2 + 512);
-  EXPECT_EQ(decode_mma_slots(512, 8, kH200Units, kH200Smem, 0, 1), kH200Units);
+  EXPECT_EQ(decode_mma_smem_bytes_for(512, 1, 2), 2 * 2 * 32 * 512 + 16 * 512 * 2 + 512);
+  EXPECT_EQ(decode_mma_slots(512, 8, kH200Units, kH200Smem, 0, 1), 2 * kH200Units);
   f8.head_size = 512;
   f8.num_heads = 32;
   f8.num_kv_heads = 2;  // GQA 16

@@ -195,14 +195,15 @@ bool decode_merge_early_exit();
 ///    16-bit kernel) measured slower on every even row (H200, W1 split 72.1 against 69.6 us,
 ///    64 x 1016 34.3 against 31.0);
 ///  - head 256: 3 stages (2 CTAs per SM: 104 KB each);
-///  - head 512: 4 stages of 32-token tiles (148 KB, one CTA per SM): 3 tiles of 32 KB (K + V)
-///    in flight, against 2 of 64 KB for the 16-bit instance; 3 stages (113 KB) would leave
-///    the SM a CTA's worth short of a second CTA by a few hundred bytes, a count that the
-///    plan and the hardware could then disagree on.
+///  - head 512: 2 stages of 32-token tiles (81 KB), 2 CTAs per SM (decode_mma_sm_ctas): 4
+///    warps per SM and one 32 KB tile pair in flight per CTA. With 4 stages (148 KB, one CTA
+///    of 2 warps per SM) W1 ran at 65% of the read ceiling (726.7 us, H200): the tile work of
+///    2 warps, not the bytes in flight, limited it; 2 x 2 stages ran it at 95% (489.7 us).
+///    3 stages (113 KB) would miss a second CTA per SM by a few hundred bytes.
 /// `tuned` = false gives the previous choice (decode_mma_fp8_tuned).
 constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool tuned = true) {
   if (kv_bytes != 1) return kDecodeStages;
-  if (head_size == 512) return 4;
+  if (head_size == 512) return 2;
   if (head_size == 128) return tuned && gqa <= 8 ? 4 : 6;
   return kDecodeStages;
 }
@@ -245,6 +246,7 @@ constexpr int decode_mma_bound_ctas(int head_size, int nt, bool fp8, int stages)
 /// for half the CTA slots the device had. `tuned` as in decode_mma_stages.
 constexpr int decode_mma_sm_ctas(int head_size, int gqa, int kv_bytes, bool tuned = true) {
   if (tuned && head_size == 256) return 2;
+  if (head_size == 512 && kv_bytes == 1) return 2;  // 2 stages, 81 KB (decode_mma_stages)
   return decode_mma_bound_ctas(head_size, gqa <= 8 ? 1 : 2, kv_bytes == 1,
                                decode_mma_stages(head_size, kv_bytes, gqa, tuned));
 }
@@ -324,7 +326,7 @@ int decode_mma_chunk(const ProblemDesc& problem, int num_units, std::int64_t max
 /// `head_size` that `max_smem_per_block` bytes of shared memory per SM hold (1 KB reserved
 /// per CTA by the hardware; at least 1), at most decode_mma_sm_ctas(head_size, gqa, kv_bytes).
 /// An H200 holds 2 (head 128), 4 (head 64, GQA <= 8) or 3 (head 64, GQA 9-16), 1 (head 256);
-/// fp8: 3 (head 128, GQA <= 8), 2 (head 128, GQA 9-16; head 256), 4 / 3 (head 64).
+/// fp8: 3 (head 128, GQA <= 8), 2 (head 128, GQA 9-16; heads 256 and 512), 4 / 3 (head 64).
 /// `extra_smem_bytes`: shared memory each CTA takes beyond decode_mma_smem_bytes (the cluster
 /// merge's receive buffer).
 std::int64_t decode_mma_slots(int head_size, int gqa, int num_units,
