@@ -30,7 +30,7 @@ struct DecodeGrid {
   bool fp8_untuned;
 };
 
-/// Launch the fp8-cache kernels (decode_mma_fp8.cu) for head `head` (64, 128 or 256), cache
+/// Launch the fp8-cache kernels (decode_mma_fp8.cu) for head `head` (64, 128, 256 or 512), cache
 /// dtype `kv` (e4m3 or e5m2) and `layout`, then the merge kernel when the call has splits.
 /// Errors: kInternal when a launch fails.
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
