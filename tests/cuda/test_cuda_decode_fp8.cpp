@@ -30,6 +30,26 @@ namespace {
 using testing::CaseConfig;
 using testing::CaseResult;
 
+/// A GPU decode case of 2 KV heads with GQA groups of `gqa`, head `head`, block size `block`,
+/// query dtype `q` and cache dtype `kv`; fp8 caches get k_scale 0.125 and v_scale 1/32 (powers
+/// of two other than 1, so that a scale applied twice or not at all fails the oracle check).
+CaseConfig decode_case(KVLayout layout, int head, int gqa, int block, DType q, DType kv) {
+  CaseConfig c;
+  c.device = Device::cuda();
+  c.layout = layout;
+  c.num_kv_heads = 2;
+  c.num_heads = 2 * gqa;
+  c.head_size = head;
+  c.block_size = block;
+  c.dtype = q;
+  c.kv_dtype = kv;
+  if (is_fp8(kv)) {
+    c.k_scale = 0.125f;
+    c.v_scale = 0.03125f;
+  }
+  return c;
+}
+
 std::vector<CaseConfig> fp8_decode_cases() {
   std::vector<CaseConfig> out;
   int n = 0;
@@ -44,17 +64,8 @@ std::vector<CaseConfig> fp8_decode_cases() {
           const int gqas[] = {1, 3, 4, 8, 16};
           for (int i = 0; i < 2; ++i) {
             const int gqa = gqas[static_cast<std::size_t>(n + 2 * i) % 5];
-            CaseConfig c;
-            c.device = Device::cuda();
-            c.layout = layout;
-            c.num_kv_heads = 2;
-            c.num_heads = 2 * gqa;
-            c.head_size = head;
-            c.block_size = blocks[static_cast<std::size_t>(i) % blocks.size()];
-            c.dtype = q;
-            c.kv_dtype = kv;
-            c.k_scale = 0.125f;
-            c.v_scale = 0.03125f;
+            CaseConfig c = decode_case(layout, head, gqa,
+                                       blocks[static_cast<std::size_t>(i) % blocks.size()], q, kv);
             // Boundary lengths around the 16-token warp rows and 64-token tiles, one skipped
             // sequence (query_len 0), and a long one that splits.
             c.seq_lens = {1, 17, 63, 64, 65, 700, 40};
@@ -77,21 +88,10 @@ std::vector<CaseConfig> fp8_decode_cases() {
       const int gqas[] = {1, 3, 4, 8};
       for (int i = 0; i < 2; ++i) {
         const int gqa = gqas[static_cast<std::size_t>(n + i) % 4];
-        CaseConfig c;
-        c.device = Device::cuda();
-        c.layout = layout;
-        c.num_kv_heads = 2;
-        c.num_heads = 2 * gqa;
-        c.head_size = 256;
-        c.block_size = layout == KVLayout::kSplit ? 16 : (i % 2 ? 7 : 32);
-        c.dtype = kv == DType::kFloat16 ? DType::kFloat16
-                  : kv == DType::kFloat8E5M2 ? DType::kFloat16
-                                             : DType::kBFloat16;
-        c.kv_dtype = kv;
-        if (is_fp8(kv)) {
-          c.k_scale = 0.125f;
-          c.v_scale = 0.03125f;
-        }
+        const DType q = kv == DType::kFloat16 || kv == DType::kFloat8E5M2 ? DType::kFloat16
+                                                                          : DType::kBFloat16;
+        CaseConfig c = decode_case(layout, 256, gqa,
+                                   layout == KVLayout::kSplit ? 16 : (i % 2 ? 7 : 32), q, kv);
         c.seq_lens = {1, 17, 64, 65, 700, 40};
         c.query_lens = {1, 1, 1, 1, 1, 0};
         c.seed = 5000 + static_cast<std::uint64_t>(n);
@@ -113,17 +113,9 @@ std::vector<CaseConfig> fp8_decode_cases() {
       const int gqas[] = {1, 3, 4, 8};
       for (int i = 0; i < 2; ++i) {
         const int gqa = gqas[static_cast<std::size_t>(n + i) % 4];
-        CaseConfig c;
-        c.device = Device::cuda();
-        c.layout = layout;
-        c.num_kv_heads = 2;
-        c.num_heads = 2 * gqa;
-        c.head_size = 512;
-        c.block_size = layout == KVLayout::kSplit ? (i % 2 ? 32 : 16) : (i % 2 ? 7 : 16);
-        c.dtype = n % 2 ? DType::kFloat16 : DType::kBFloat16;
-        c.kv_dtype = kv;
-        c.k_scale = 0.125f;
-        c.v_scale = 0.03125f;
+        CaseConfig c = decode_case(layout, 512, gqa,
+                                   layout == KVLayout::kSplit ? (i % 2 ? 32 : 16) : (i % 2 ? 7 : 16),
+                                   n % 2 ? DType::kFloat16 : DType::kBFloat16, kv);
         c.seq_lens = {1, 17, 31, 32, 33, 64, 65, 700, 2500, 40};
         c.query_lens = {1, 1, 1, 1, 1, 1, 1, 1, 1, 0};
         c.seed = 5600 + static_cast<std::uint64_t>(n);

@@ -208,12 +208,20 @@ constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool t
   return kDecodeStages;
 }
 
-/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: 64, 128,
-/// 256 and 512 only). Each is its own compile-time instance: the k-steps of the S^T MMA and the
-/// 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7, 12 and 32 for the new heads).
+/// Head sizes the pipelined kernel is instantiated for (16-bit caches; fp8 caches: those of
+/// decode_mma_fp8_head_instance). Each is its own compile-time instance: the k-steps of the
+/// S^T MMA and the 16-dim row tiles of O^T are HEAD / 16 (5, 6, 7, 12 and 32 for the new
+/// heads).
 constexpr bool decode_mma_head_instance(int head_size) {
   return head_size == 64 || head_size == 80 || head_size == 96 || head_size == 112 ||
          head_size == 128 || head_size == 192 || head_size == 256 || head_size == 512;
+}
+
+/// Head sizes with fp8-cache instances: the fp8 k-steps pair 16-byte chunks of rows that are
+/// not padded, so the head is a multiple of 64 (decode_mma_kernel.cuh), and 192 is left out
+/// (its 192-byte fp8 rows are not a whole number of 128-byte swizzle groups).
+constexpr bool decode_mma_fp8_head_instance(int head_size) {
+  return head_size == 64 || head_size == 128 || head_size == 256 || head_size == 512;
 }
 
 /// Warps per CTA of the pipelined kernel (each computes 16 tokens of every tile): 4, and 2

@@ -67,8 +67,7 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   if (!decode_mma_head_instance(pr.head_size))
     return no("head_size is not 64, 80, 96, 112, 128, 192, 256 or 512 (the decode kernel's "
               "instances)");
-  if (fp8 && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256 &&
-      pr.head_size != 512)
+  if (fp8 && !decode_mma_fp8_head_instance(pr.head_size))
     return no("fp8 cache with head_size other than 64, 128, 256 or 512");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
   if (pr.head_size > 128 && pr.gqa_ratio() > 8)
