@@ -1,8 +1,9 @@
 """Checks of the peers bench's bookkeeping that need neither torch nor a GPU nor the peers
 (run_peers.py --self-test runs them after the workload checks; ctest runs --self-test):
 ninja's log parsing and the per-module compile times, the packing of built FlashInfer modules
-and their staging into the carry folder, resuming a stopped build from its packed compiles, FlashInfer's fa3 refusals, and the table's ratios,
-target lines and notes."""
+and their staging into the carry folder, resuming a stopped build from its packed compiles, FlashInfer's fa3 refusals, the table's ratios,
+target lines and notes, and the arguments and rows of a run continued after a broken CUDA
+context."""
 from __future__ import annotations
 
 import argparse
@@ -180,6 +181,24 @@ def _check_table(fails: list):
             fails.append(f"markdown lacks {want[:60]!r}")
 
 
+def _check_restart(fails: list):
+    """A run that continues in a new process after a broken CUDA context."""
+    import run_peers as rp
+    got = rp.resume_argv(["--cli", "b/p", "--resume", "old.json", "--json", "o.json",
+                          "--resume=x.json"], "o.json")
+    if got != ["--cli", "b/p", "--json", "o.json", "--resume", "o.json"]:
+        fails.append(f"resume_argv: {got}")
+    if not rp.pending(None) or not rp.pending({"name": "W", "impls": {"pagedattn": {}}}):
+        fails.append("pending: a row not reached or stopped half-way is not pending")
+    if rp.pending({"name": "W", "done": True}) or rp.pending({"name": "W", "error": "data"}):
+        fails.append("pending: a finished row is pending")
+    doc = {"device": "test", "read_ceiling_gbps": 1000.0, "iters": 1, "l2_flush": "clean",
+           "versions": {}, "peers": ["pagedattn"], "results": [], "command": "cmd",
+           "restarts": 1}
+    if "broke the CUDA context 1 time(s)" not in rp.markdown(doc):
+        fails.append("markdown: no word of the restart")
+
+
 def offline_checks() -> list:
     """The failures (empty: all passed)."""
     fails = []
@@ -190,4 +209,5 @@ def offline_checks() -> list:
         _check_resume(d, fails)
     _check_fa3_rules(fails)
     _check_table(fails)
+    _check_restart(fails)
     return fails

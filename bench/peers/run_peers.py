@@ -136,8 +136,18 @@ def run(args) -> int:
         if device != "cpu":
             torch.cuda.synchronize()
     cxx_names = [w.name for w in workloads if w.group in ("standard", "trace")]
-    ceiling, cxx = read_ceiling_and_cxx(args.cli, cxx_names if args.cxx_bench else [],
-                                        args.iters, args.flush)
+    resume = None
+    if args.resume:
+        # A run continued after a peer broke the CUDA context (see the end of the loop): its
+        # rows, read ceiling and C++ timings are those of the process before.
+        with open(args.resume) as f:
+            resume = json.load(f)
+        ceiling = resume["read_ceiling_gbps"]
+        cxx = {r["name"]: r["pagedattn_cxx_us"] for r in resume["results"]
+               if "pagedattn_cxx_us" in r}
+    else:
+        ceiling, cxx = read_ceiling_and_cxx(args.cli, cxx_names if args.cxx_bench else [],
+                                            args.iters, args.flush)
     print(f"device: {dev_name}; read ceiling {ceiling:.0f} GB/s (pagedattn bench); "
           f"median of {args.iters} calls after {args.warmup}, L2 flush {args.flush}",
           flush=True)
@@ -151,14 +161,20 @@ def run(args) -> int:
     if os.path.exists(src):
         versions["vllm"] = open(src).read().split(":")[0]
     timer = Timer(device, args.iters, args.warmup, args.flush)
-    results = []
+    results = resume["results"] if resume else []
     sticky = False
     doc = {"device": dev_name, "read_ceiling_gbps": ceiling, "iters": args.iters,
            "warmup": args.warmup, "l2_flush": args.flush, "versions": versions,
            "peers": [i.name for i in impls], "results": results, "complete": False,
-           "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
+           "restarts": resume.get("restarts", 0) + 1 if resume else 0,
+           "command": resume["command"] if resume else
+           " ".join([os.path.basename(sys.executable)] + sys.argv)}
+    earlier = {r["name"]: r for r in results}
     for w in workloads:
         t0 = time.time()
+        old = earlier.get(w.name)
+        if not pending(old):
+            continue  # measured by the process before
         try:
             b = Batch(w, device, args.seed)
         except Exception as e:  # noqa: BLE001
@@ -176,8 +192,14 @@ def run(args) -> int:
                "checked_rows": len(rows), "tolerance": list(tol), "impls": {}}
         if w.name in cxx:
             row["pagedattn_cxx_us"] = cxx[w.name]
-        results.append(row)
+        if old is not None:  # the row the process before stopped in: its libraries so far
+            row["impls"] = old["impls"]
+            results[results.index(old)] = row
+        else:
+            results.append(row)
         for impl in impls:
+            if impl.name in row["impls"]:
+                continue
             r = {"library": impl.library}
             try:
                 fn = impl.prepare(b)
@@ -214,10 +236,20 @@ def run(args) -> int:
                 sticky = True
                 break
         finish_row(row)
+        row["done"] = not sticky or len(row["impls"]) == len(impls)
         print(format_row(row, [i.name for i in impls]) + f"   [{time.time() - t0:.0f} s]",
               flush=True)
         write_outputs(doc, args, final=False)
         if sticky:
+            # A peer's fault (say an illegal memory access) leaves the CUDA context unusable
+            # for everything after it in this process; the run goes on in a new one, from the
+            # next (workload, library), with what is measured so far (its JSON).
+            if args.json and doc["restarts"] < args.max_restarts:
+                print("run_peers: the CUDA context is broken: continuing in a new process",
+                      flush=True)
+                sys.stdout.flush()
+                os.execv(sys.executable, [sys.executable, os.path.abspath(sys.argv[0])] +
+                         resume_argv(sys.argv[1:], args.json))
             print("run_peers: stopping: the CUDA context is broken", flush=True)
             break
         del b
@@ -228,6 +260,26 @@ def run(args) -> int:
     bad = [r["name"] for r in results if "error" in r or
            r["impls"].get("pagedattn", {}).get("status") not in (None, "ok")]
     return 1 if bad else 0
+
+
+def resume_argv(argv: list, json_path: str) -> list:
+    """The arguments of the process that continues a run: `argv` (the script's, without the
+    program) less any --resume, plus --resume `json_path`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--resume":
+            skip = True
+        elif not a.startswith("--resume="):
+            out.append(a)
+    return out + ["--resume", json_path]
+
+
+def pending(row) -> bool:
+    """Whether a workload's row (None: not reached) still has libraries to run: a row the
+    process before finished ("done") or whose data failed ("error") has none."""
+    return row is None or not (row.get("done") or "error" in row)
 
 
 def write_outputs(doc: dict, args, final: bool):
@@ -312,6 +364,9 @@ def markdown(doc: dict) -> str:
              "|---|" + "---:|" * len(names) + "---|---:|---:|"]
     if not doc.get("complete", True):
         lines[0] += " — INCOMPLETE: the run stopped after these rows"
+    if doc.get("restarts"):
+        lines[0] += (f"; a peer's fault broke the CUDA context {doc['restarts']} time(s), and "
+                     "the run went on in a new process from the next (workload, library)")
     notes = []
     for row in doc["results"]:
         if "error" in row:
@@ -492,6 +547,12 @@ def main() -> int:
     ap.add_argument("--md")
     ap.add_argument("--png")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--resume", metavar="JSON",
+                    help="continue the run whose --json this is, skipping what it measured "
+                         "(the run does this itself, in a new process, when a peer breaks the "
+                         "CUDA context)")
+    ap.add_argument("--max-restarts", type=int, default=8,
+                    help="new processes at most after broken CUDA contexts (needs --json)")
     ap.add_argument("--prebuild-flashinfer", metavar="PREFIX",
                     help="only JIT-build the FlashInfer modules of the selected workloads and "
                          "pack them as PREFIX_<k>.tar.xz for fetch_peers.sh --aot")
