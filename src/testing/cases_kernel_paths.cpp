@@ -174,6 +174,45 @@ void add_kernel_path_cases(Device dev, bool quick, std::vector<CaseConfig>* out)
     }
   }
 
+  // Masked heads (decode_mma_instance_head): a head without an instance of its own on the next
+  // larger maskable one, its dims past the head masked at run time (fp8 80/96/112 on 128,
+  // fp8 144-240 on 256; 16-bit 144-176 on 192, 208-240 on 256): every layout, GQA 1 to 16
+  // (to 8 above 128), the merge modes and features. The quick set keeps fp8 80 and bf16 160.
+  {
+    struct HMask {
+      int head;
+      KVLayout layout;
+      int block, heads, kv_heads;
+      DType q, kv;
+      int feature, splits;
+    };
+    const HMask hs[] = {
+        {80, KVLayout::kNHD, 16, 32, 8, b16, e4m3, 0, 0},
+        {96, KVLayout::kSplit, 16, 32, 2, f16, e5m2, 2, 3},
+        {112, KVLayout::kHND, 7, 12, 4, b16, e4m3, 1, 0},
+        {192, KVLayout::kNHD, 16, 16, 2, b16, e5m2, 3, 2},
+        {144, KVLayout::kSplit, 32, 8, 8, f16, e4m3, 1, 0},
+        {160, KVLayout::kNHD, 16, 32, 8, b16, b16, 0, 0},
+        {176, KVLayout::kSplit, 8, 6, 2, f16, f16, 2, 3},
+        {224, KVLayout::kHND, 1, 16, 2, b16, b16, 3, 0},
+        {240, KVLayout::kNHD, 16, 3, 1, f16, f16, 1, 2},
+    };
+    int i = 0;
+    for (const HMask& d : hs) {
+      ++i;
+      if (quick && i != 1 && i != 6) continue;
+      CaseConfig c = base(dev, d.layout, d.block, d.head, d.heads, d.kv_heads, d.q, d.kv);
+      set_lengths(&c, {{3000, 1}, {1, 1}, {64, 1}, {20, 0}, {65, 1}, {700, 1}, {d.block + 1, 1}});
+      set_decode_features(&c, d.feature, 0, d.splits);
+      if (is_fp8(d.kv)) {
+        c.k_scale = 0.25f;
+        c.v_scale = 0.125f;
+      }
+      c.tag = "dhmask_" + std::to_string(i);
+      add(c);
+    }
+  }
+
   // A table of decode cases tagged <tag><index from 1>; `quick` keeps the listed indices;
   // `fault` sets a fault class on each.
   auto add_decode_table = [&](const auto& table, const char* tag, std::initializer_list<int> keep,

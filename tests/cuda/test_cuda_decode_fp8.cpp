@@ -303,11 +303,14 @@ TEST(CudaDecodeOccupancy, DeviceRunsTheCtasPerSmThePlanCounts) {
   auto info = query_device(Device::cuda(0));
   ASSERT_TRUE(info.ok()) << info.status().to_string();
   for (DType kv : {DType::kBFloat16, DType::kFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2})
-    for (int head : {64, 128, 256, 512})
+    // Masked heads count as their instance: fp8 96 as 128, fp8 192 and 16-bit 224 as 256.
+    for (int head : {64, 96, 128, 192, 224, 256, 512})
       for (int gqa : {4, 16})
         for (KVLayout layout : {KVLayout::kNHD, KVLayout::kSplit}) {
-          if (head >= 256 && gqa > 8) continue;
+          if (head > 128 && gqa > 8) continue;
           if (head == 512 && !is_fp8(kv)) continue;  // decode_mma_device_ctas_per_sm: fp8 only
+          if ((head == 96 || head == 192) && !is_fp8(kv)) continue;  // 16-bit: own instances
+          if (head == 224 && is_fp8(kv)) continue;
           const DType q = kv == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
           const int kvb = is_fp8(kv) ? 1 : 2;
           const int hw = cuda::decode_mma_device_ctas_per_sm(head, gqa, q, kv, layout);

@@ -130,6 +130,13 @@ const InvCase kCases[] = {
     {"e4m3_h64_split", KVLayout::kSplit, DType::kBFloat16, DType::kFloat8E4M3, 64, 32, 8, 2600},
     {"e5m2_h128_gqa16", KVLayout::kNHD, DType::kFloat16, DType::kFloat8E5M2, 128, 32, 2, 3300},
     {"e4m3_h256", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 256, 16, 2, 5000},
+    // Masked heads (decode_mma_instance_head): fp8 on the head-128 and head-256 instances,
+    // 16-bit on the head-192 and head-256 ones.
+    {"e4m3_h96_masked", KVLayout::kNHD, DType::kBFloat16, DType::kFloat8E4M3, 96, 32, 8, 3000},
+    {"e5m2_h80_gqa16_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat8E5M2, 80, 32, 2, 2600},
+    {"e4m3_h192_masked_hnd", KVLayout::kHND, DType::kBFloat16, DType::kFloat8E4M3, 192, 16, 2, 5000},
+    {"bf16_h160_masked", KVLayout::kNHD, DType::kBFloat16, DType::kBFloat16, 160, 32, 8, 3000},
+    {"f16_h224_masked_split", KVLayout::kSplit, DType::kFloat16, DType::kFloat16, 224, 16, 2, 2500},
 };
 
 INSTANTIATE_TEST_SUITE_P(Decode, CudaDecodeBatchInvariant, ::testing::ValuesIn(kCases),

@@ -14,43 +14,20 @@
 #include "src/cuda/common/mma_args.h"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/decode/decode_split.h"
+#include "tests/unit/decode_fixtures.h"
 #include "tests/unit/synthetic_device.h"
 
 namespace pagedattn::cuda {
 namespace {
 
-constexpr std::int64_t kH200Smem = testing::kH200SharedMemoryPerBlock;
-using testing::kH200Units;
-
-ProblemDesc decode_problem(const std::vector<int>& seq_lens, int heads, int kv_heads, int head) {
-  ProblemDesc p;
-  p.device = Device::cuda(0);
-  p.num_heads = heads;
-  p.num_kv_heads = kv_heads;
-  p.head_size = head;
-  p.q_dtype = p.cache_dtype = DType::kBFloat16;
-  p.layout = KVLayout::kNHD;
-  p.block_size = 16;
-  p.num_blocks = 1 << 20;
-  p.access = CacheAccess::kNative;
-  p.batch.num_seqs = p.batch.num_decode_seqs = static_cast<int>(seq_lens.size());
-  p.batch.num_tokens = p.batch.num_seqs;
-  p.batch.max_query_len = 1;
-  p.batch.max_seq_len = *std::max_element(seq_lens.begin(), seq_lens.end());
-  p.batch.total_kv_tokens = std::accumulate(seq_lens.begin(), seq_lens.end(), std::int64_t{0});
-  return p;
-}
-
-DeviceInfo synthetic_h200(int units = kH200Units, int cc_major = 9) {
-  return testing::synthetic_cuda_device(kH200Smem, units, cc_major);
-}
-
-TEST(DecodeMmaSupport, Fp8CachesOfHead64And128EveryLayout) {
+// fp8 caches on every instance head (64, 128, 256) and the heads masked on them (80, 96, 192),
+// not head 32 (below the smallest instance), every layout and block size.
+TEST(DecodeMmaSupport, Fp8CachesOfEveryHeadEveryLayout) {
   const DType q_types[] = {DType::kFloat16, DType::kBFloat16};
   const DType kv_types[] = {DType::kFloat8E4M3, DType::kFloat8E5M2};
   for (DType q : q_types)
     for (DType kv : kv_types)
-      for (int head : {32, 64, 80, 96, 128, 256})
+      for (int head : {32, 64, 80, 96, 128, 192, 256})
         for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit})
           for (int bs : {1, 7, 8, 16, 32}) {
             ProblemDesc p = decode_problem({300, 5}, 32, 8, head);
@@ -59,12 +36,11 @@ TEST(DecodeMmaSupport, Fp8CachesOfHead64And128EveryLayout) {
             p.layout = layout;
             p.block_size = bs;
             std::string why;
-            const bool want = (head == 64 || head == 128 || head == 256) &&
-                              (layout != KVLayout::kSplit || bs % 16 == 0);
+            const bool want = head != 32 && (layout != KVLayout::kSplit || bs % 16 == 0);
             EXPECT_EQ(decode_mma_rows_supported(p, &why), want)
                 << to_string(q) << " " << to_string(kv) << " head " << head << " "
                 << to_string(layout) << " bs " << bs << ": " << why;
-            if (!want && (head == 64 || head == 128 || head == 256)) {
+            if (!want && head != 32) {
               EXPECT_EQ(why, bs % 8 != 0 ? "split layout with block_size % 8 != 0"
                                          : "fp8 split layout with block_size % 16 != 0");
             }

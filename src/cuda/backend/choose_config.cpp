@@ -16,7 +16,8 @@ namespace {
 
 /// What `explain` says about the decode kernel's instance for the problem's head size.
 std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
-  const int h = pr.head_size;
+  const int kvb = decode_mma_kv_bytes(pr);
+  const int h = decode_mma_instance_head(pr.head_size, kvb);
   const int row = decode_mma_row_elems(h);
   const std::int64_t per_sm = decode_mma_slots(h, pr.gqa_ratio(), 1,
                                                device.max_shared_memory_per_block, 0,
@@ -24,7 +25,15 @@ std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
   std::string r = "the head-" + std::to_string(h) + " instance (" + std::to_string(h / 16) +
                   " k-steps of 16 dims in S^T = K Q^T, " + std::to_string(h / 16) +
                   " 16-dim row tiles of O^T = V^T P^T";
-  if (row != h && decode_mma_kv_bytes(pr) == 2)
+  if (h != pr.head_size)
+    r += "; head " + std::to_string(pr.head_size) + " masked on it: the query's dims past " +
+         std::to_string(pr.head_size) + " are zero in shared memory, only the head's 16-byte "
+         "chunks are copied from the cache, the k-steps and O^T row tiles past it are skipped" +
+         (kvb == 1 && pr.head_size % 32 != 0
+              ? " (the last fp8 k-step pair reads one zeroed key chunk past the head)"
+              : "") +
+         " and only its dims are stored";
+  if (row != h && kvb == 2)
     r += "; shared-memory rows of " + std::to_string(row) +
          " elements, as the swizzle permutes 16-byte chunks in groups of 8: the chunks past "
          "the head are never copied from the cache nor read";

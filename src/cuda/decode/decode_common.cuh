@@ -45,6 +45,9 @@ struct DecodeParams {
   const int* qsl;
   std::int64_t qsl_stride;
   int num_heads, gqa, block_size;
+  // Output dims per query head: the head size (64 for the head-64 pairs). Below the instance's
+  // HEAD on a masked instance (decode_mma_maskable), whose dims past it are masked.
+  int head_size;
   // A tile advances every token by 64 = step_q blocks + step_r tokens.
   int step_q, step_r;
   FastDiv bs_div;

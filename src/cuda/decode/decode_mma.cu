@@ -38,9 +38,11 @@ int ctas_16bit_head(int head, int gqa, bool split) {
 }
 
 /// The kernel instance of one launch: the fp8 TU, the head-64 pairs, the heads of this TU
-/// (64, 128, 256) or the TU of a head between (decode_mma_h<HEAD>.cu).
-Status launch_heads(const DecodeParams& p, int head, bool bf16, bool fp8, bool pair, DType kv,
+/// (64, 128, 256) or the TU of a head between (decode_mma_h<HEAD>.cu); a head without an
+/// instance of its own runs masked on the next larger one (decode_mma_instance_head).
+Status launch_heads(const DecodeParams& p, int head_size, bool bf16, bool fp8, bool pair, DType kv,
                     KVLayout layout, const decode::DecodeGrid& gr, cudaStream_t st) {
+  const int head = decode_mma_instance_head(head_size, fp8 ? 1 : 2);
   if (fp8) return decode::launch_fp8_call(p, head, kv, layout, gr, st);
   if (pair)
     return bf16 ? launch<__nv_bfloat16, 128, false, 1, true>(p, gr, st)
@@ -67,6 +69,7 @@ Status launch_heads(const DecodeParams& p, int head, bool bf16, bool fp8, bool p
 
 int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout) {
   const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
+  head_size = decode_mma_instance_head(head_size, fp8 ? 1 : 2);
   if (head_size != 64 && head_size != 128 && head_size != 256 && !(fp8 && head_size == 512))
     return 0;
   const bool split = layout == KVLayout::kSplit;
@@ -113,6 +116,7 @@ Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMma
   }
   const int num_kv_heads = pair ? cs.num_kv_heads / 2 : cs.num_kv_heads;
   p.num_heads = num_heads;
+  p.head_size = pair ? 64 : head;
   p.gqa = num_heads / num_kv_heads;
   p.block_size = block_size;
   p.scale = args.params.scale;

@@ -178,6 +178,32 @@ bool decode_mma_fp8_tuned();
 /// knob for one benchmark run).
 bool decode_merge_early_exit();
 
+/// The compile-time instance that runs head size `head_size` with `kv_bytes`-byte cache
+/// elements (2: fp16/bf16, 1: fp8), 0 when none does. Each instance size is its own
+/// instance (16-bit: 64, 80, 96, 112, 128, 192, 256, 512; fp8: 64, 128, 256, 512); a head
+/// between them that is a multiple of 16 runs on the next larger maskable one
+/// (decode_mma_maskable) with its dims past the head masked at run time: 16-bit 144, 160, 176
+/// on 192 and 208, 224, 240 on 256; fp8 80, 96, 112 on 128 and 144-240 on 256. Heads below 64,
+/// other multiples of 8 and heads between 256 and 512 keep the tiled kernel (the head-64 and
+/// head-128 16-bit instances, the hot ones, are never masked).
+constexpr int decode_mma_instance_head(int head_size, int kv_bytes) {
+  if (head_size == 64 || head_size == 128 || head_size == 256 || head_size == 512)
+    return head_size;
+  if (head_size % 16 != 0 || head_size < 64 || head_size > 256) return 0;
+  if (kv_bytes == 1) return head_size < 128 ? 128 : 256;
+  if (head_size < 128 || head_size == 192) return head_size;  // 80, 96, 112, 192
+  return head_size < 192 ? 192 : 256;
+}
+
+/// Whether the instance of head HEAD runs heads below it with masked dims
+/// (decode_mma_instance_head): the query's dims past the head are zero in shared memory, only
+/// the head's 16-byte chunks are copied from the cache, the S^T k-steps and O^T row tiles past
+/// it are skipped (fp8: k-step pairs of 32 dims, whose dead half reads zeroed key chunks) and
+/// only its dims are stored. The others have HEAD as a compile-time constant.
+constexpr bool decode_mma_maskable(int head, bool fp8) {
+  return fp8 ? head == 128 || head == 256 : head == 192 || head == 256;
+}
+
 /// Stages of the pipeline for head `head_size`, `kv_bytes`-byte cache elements and a GQA
 /// group of `gqa` (the MMA columns: <= 8 or 9-16). kDecodeStages for 16-bit caches. fp8 rows
 /// are half the bytes of 16-bit ones, so a 64-token tile moves half the bytes for the same
@@ -203,6 +229,7 @@ bool decode_merge_early_exit();
 /// `tuned` = false gives the previous choice (decode_mma_fp8_tuned).
 constexpr int decode_mma_stages(int head_size, int kv_bytes, int gqa = 1, bool tuned = true) {
   if (kv_bytes != 1) return kDecodeStages;
+  if (const int ih = decode_mma_instance_head(head_size, 1)) head_size = ih;  // masked heads
   if (head_size == 512) return 2;
   if (head_size == 128) return tuned && gqa <= 8 ? 4 : 6;
   return kDecodeStages;
@@ -217,9 +244,10 @@ constexpr bool decode_mma_head_instance(int head_size) {
          head_size == 128 || head_size == 192 || head_size == 256 || head_size == 512;
 }
 
-/// Head sizes with fp8-cache instances: the fp8 k-steps pair 16-byte chunks of rows that are
-/// not padded, so the head is a multiple of 64 (decode_mma_kernel.cuh), and 192 is left out
-/// (its 192-byte fp8 rows are not a whole number of 128-byte swizzle groups).
+/// Head sizes with fp8-cache instances of their own (the fp8 k-steps pair 16-byte chunks of
+/// unpadded rows: the instance head is a multiple of 64, and 192-byte rows would not be a whole
+/// number of 128-byte swizzle groups); the heads between run masked on the next larger one
+/// (decode_mma_instance_head).
 constexpr bool decode_mma_fp8_head_instance(int head_size) {
   return head_size == 64 || head_size == 128 || head_size == 256 || head_size == 512;
 }
@@ -253,6 +281,7 @@ constexpr int decode_mma_bound_ctas(int head_size, int nt, bool fp8, int stages)
 /// of shared memory) did run 2 CTAs per SM where the plan counted 1, and cut W6-shaped batches
 /// for half the CTA slots the device had. `tuned` as in decode_mma_stages.
 constexpr int decode_mma_sm_ctas(int head_size, int gqa, int kv_bytes, bool tuned = true) {
+  if (const int ih = decode_mma_instance_head(head_size, kv_bytes)) head_size = ih;
   if (tuned && head_size == 256) return 2;
   if (head_size == 512 && kv_bytes == 1) return 2;  // 2 stages, 81 KB (decode_mma_stages)
   return decode_mma_bound_ctas(head_size, gqa <= 8 ? 1 : 2, kv_bytes == 1,
@@ -266,6 +295,7 @@ constexpr int decode_mma_sm_ctas(int head_size, int gqa, int kv_bytes, bool tune
 /// bytes; 512 for rows over 256 bytes, 1024 for the 1024-byte rows of head 512: the swizzle
 /// XORs address bits up to the row size).
 constexpr std::int64_t decode_mma_smem_bytes_for(int head_size, int kv_bytes, int stages) {
+  if (const int ih = decode_mma_instance_head(head_size, kv_bytes)) head_size = ih;  // masked
   // 16-bit rows are decode_mma_row_elems wide (the swizzle's 8-chunk groups); tiles are
   // decode_mma_tile_tokens rows (32 for head 512).
   const std::int64_t row = kv_bytes == 2 ? std::int64_t{decode_mma_row_elems(head_size)} * 2
@@ -293,9 +323,10 @@ inline int decode_mma_kv_bytes(const ProblemDesc& problem) {
 
 /// Whether the fast path can run `problem` (the reason when not, for `explain`). Needs: CUDA,
 /// every sequence a decode (query_len 1) or skipped, query fp16 or bf16 and the cache of the
-/// same dtype or fp8 (e4m3, e5m2), head_size 64, 80, 96, 112 or 128 (GQA ratio <= 16) or 192,
-/// 256 or 512 (GQA ratio <= 8: the registers of 16 query columns would spill; fp8 caches:
-/// heads 64, 128, 256 and 512 only; other head sizes keep the tiled kernel), and for the split
+/// same dtype or fp8 (e4m3, e5m2), a head_size with an instance (decode_mma_instance_head:
+/// every multiple of 16 from 64 to 256, and 512) whose GQA ratio is <= 16 on instances up to
+/// head 128 and <= 8 above (the registers of 16 query columns would spill; other head sizes
+/// keep the tiled kernel), and for the split
 /// layout block_size % 8 == 0 (16-bit caches; or 1: decode_mma_split_as_rows) / % 16 == 0
 /// (fp8): 16-byte value chunks must not cross a block. Alignment of strides and pointers is checked per call
 /// (decode_mma_aligned); unaligned tensors take the general path.
@@ -437,7 +468,8 @@ inline DecodeMmaConfig decode_mma_config(const ProblemDesc& problem, const Devic
 }
 
 /// CTAs per SM that the current CUDA device runs of the split-kernel instance decode_mma_run
-/// launches for an unpaired call with head `head_size` (64, 128, 256), GQA group `gqa`, query
+/// launches for an unpaired call with head `head_size` (instances 64, 128, 256, and 512 with fp8
+/// caches; a masked head counts as its instance, decode_mma_instance_head), GQA group `gqa`, query
 /// dtype `q` (fp16/bf16), cache dtype `kv` (the query's or fp8) and `layout`, without the
 /// cluster merge's buffer (cudaOccupancyMaxActiveBlocksPerMultiprocessor: registers and shared
 /// memory as ptxas built it). decode_mma_slots must count exactly this many per SM on that

@@ -96,6 +96,12 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
   static_assert(!F8 || (!PAIR && std::is_same<T, __half>::value), "fp8: unpaired, fp16 MMAs");
   constexpr int EB = F8 ? 1 : 2;  // bytes per cache element
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
+  // Masked heads (decode_mma_maskable, decode_mma_instance_head): p.head_size < HEAD dims are
+  // read and written; every other instance has HEAD as a compile-time constant. hd: the
+  // dims the MMAs need, ho: the output dims per query head.
+  constexpr bool MASK = decode_mma_maskable(HEAD, F8);
+  const int hd = MASK ? p.head_size : HEAD;
+  const int ho = MASK ? p.head_size : HO;
   // Head 512: 2 warps and 32-token tiles (decode_mma_warps); 4 and 64 otherwise.
   constexpr int WARPS = decode_mma_warps(HEAD);
   constexpr int NTHR = 32 * WARPS;
@@ -115,7 +121,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
   // rows of an ldmatrix phase in 8 bank groups.
   // Heads 80/96/112 (decode_mma_row_elems): 16-bit rows of 128 elements, of which the chunks
   // past the head are never copied nor read; a query row has the same pitch (QP elements).
-  static_assert(HEAD % 16 == 0 && (!F8 || HEAD % 64 == 0), "HEAD: k-steps of 16 dims");
+  static_assert(HEAD % 16 == 0 && (!F8 || decode_mma_fp8_head_instance(HEAD)),
+                "HEAD: k-steps of 16 dims (fp8: pairs of 16-byte chunks, whole swizzle groups)");
   constexpr int QP = decode_mma_row_elems(HEAD);
   constexpr unsigned PB = F8 ? HEAD * EB : QP * EB;  // bytes per token row
   constexpr unsigned TILE_B = TOK * PB;              // bytes per K (or V) tile
@@ -302,7 +309,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
       // thread arrives at the cluster barrier now and waits on it only before its first
       // remote write, by which time all CTAs have long initialised their barriers.
       if (tid == 0) {
-        const int total = p.gqa * HO;
+        const int total = p.gqa * ho;
         const int mine =
             min(p.cl_share, max(0, total - static_cast<int>(cluster_rank()) * p.cl_share));
         mbar_init(rx_bar, 1);
@@ -337,7 +344,9 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
       // Pairs: a column's 64 dims go to its KV head's half of the row, the other half is zero.
       for (int i = tid; i < NH * CH; i += NTHR) {
         const int r = i / CH, c = i % CH;
-        const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa));
+        // Masked heads: the chunks past the head are zero (c * 8 >= hd).
+        const bool ok = r < p.gqa && (!PAIR || (c >= CH / 2) == (2 * r >= p.gqa)) &&
+                        (!MASK || c * 8 < hd);
         const int qc = PAIR ? c % (CH / 2) : c;
         const T* src = static_cast<const T*>(p.q);
         if (ok) src += static_cast<std::int64_t>(q0) * p.q_tok +
@@ -416,6 +425,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
               // Heads 80/96/112: the row's last group of 8 chunks is partial (lanes past the
               // head copy nothing: their shared-memory chunks are never read).
               if (CHB % 8 != 0 && j == CHB / 8 && (lane & 7) >= CHB % 8) continue;
+              // Masked heads: only the head's chunks (16 / EB dims each) are copied.
+              if (MASK && ((lane & 7) + 8 * j) * (16 / EB) >= hd) continue;
               const unsigned d = ((i & 1) ? kd ^ 64u : kd) + i * 4 * PB + j * 128;
               cp_async16(d, ks + j * 128, bytes);
               cp_async16(d + STAGES * TILE_B, vs + j * 128, bytes);
@@ -428,24 +439,45 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
           const int kbytes = kok[0] ? 16 : 0;
 #pragma unroll
           for (int k = 0; k < CHB / 2; ++k)
-            cp_async16(kd + k * 2 * TOK * 16, ks + static_cast<std::uint64_t>(2 * k) * p.k_chunk, kbytes);
+            if (!MASK || ((lane >> 4) + 2 * k) * (16 / EB) < hd)
+              cp_async16(kd + k * 2 * TOK * 16, ks + static_cast<std::uint64_t>(2 * k) * p.k_chunk,
+                         kbytes);
           const unsigned vd = v_dst + stage * TILE_B;
           if constexpr (F8) {
             const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
                              static_cast<std::uint64_t>(lane) * p.v_dim + voff;
 #pragma unroll
             for (int k = 0; k < HEAD / 32; ++k)
-              cp_async16(vd + k * 32 * 16, vs + static_cast<std::uint64_t>(32 * k) * p.v_dim, vbytes);
+              if (!MASK || lane + 32 * k < hd)
+                cp_async16(vd + k * 32 * 16, vs + static_cast<std::uint64_t>(32 * k) * p.v_dim,
+                           vbytes);
             return;
           }
           const char* vs = vbase + static_cast<std::uint64_t>(static_cast<unsigned>(vid)) * p.v_blk +
                            static_cast<std::uint64_t>(lane >> 1) * p.v_dim + voff * 2;
 #pragma unroll
           for (int k = 0; k < HEAD / 16; ++k)
-            cp_async16(vd + k * 16 * 32, vs + static_cast<std::uint64_t>(16 * k) * p.v_dim, vbytes);
+            if (!MASK || (lane >> 1) + 16 * k < hd)
+              cp_async16(vd + k * 16 * 32, vs + static_cast<std::uint64_t>(16 * k) * p.v_dim,
+                         vbytes);
         }
       };
 
+      if constexpr (F8 && MASK) {
+        // fp8 masked heads: a k-step pair is 32 dims, so a head of 16 (mod 32) dims reads one
+        // key chunk past it, which must be zero (never copied: the merge buffers of the
+        // previous item may have left anything there, NaN included). Each warp zeroes the key
+        // chunks past the head in its own rows of every stage; the dead value dims only feed
+        // O^T rows that are never stored. The barrier before the tile loop orders them.
+        const int dead = CHB - hd / 16;
+        for (int e = lane; e < STAGES * 16 * dead; e += 32) {
+          const int st = e / (16 * dead), rr = (e / dead) % 16, c = hd / 16 + e % dead;
+          const unsigned a =
+              SPLIT ? sK + st * TILE_B + (c * TOK + warp * 16 + rr) * 16
+                    : sK + st * TILE_B + (warp * 16 + rr) * PB + ((c ^ (rr & 7)) << 4);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(a), "r"(0) : "memory");
+        }
+      }
       const int ntiles = (end - start + TOK - 1) / TOK;
 #pragma unroll
       for (int st = 0; st < STAGES - 1; ++st) {
@@ -574,6 +606,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
         if constexpr (F8) {
 #pragma unroll
           for (int s2 = 0; s2 < KSTEPS / 2; ++s2) {
+            if (MASK && 32 * s2 >= hd) break;  // past a masked head
             // Chunks 2 s2 and 2 s2 + 1 of 16 tokens: matrices (tokens 0-7, 8-15) x 2 chunks.
             unsigned r[4];
             ldmatrix_x4(r, SPLIT ? kst + s2 * 2 * TOK * 16 : kst ^ (s2 * 32u));
@@ -597,6 +630,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
           // sc2, so that each column reads only its own head's products (a non-finite key of
           // the other head times the zero half of the query would be NaN).
           const int ks = PAIR ? (kk >> 1) + (kk & 1) * (KSTEPS / 2) : kk;
+          if (MASK && 16 * ks >= hd) break;  // past a masked head
           unsigned a[4];
           ldmatrix_x4(a, SPLIT ? kst + ks * 2 * TOK * 16 : chunk_off(kst, ks));
           if constexpr (!QREG) {
@@ -653,6 +687,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
         if constexpr (F8) {
 #pragma unroll
           for (int s2 = 0; s2 < DT / 2; ++s2) {
+            if (MASK && 32 * s2 >= hd) break;  // past a masked head
             // Row tiles 2 s2 and 2 s2 + 1 of V^T.
             unsigned r[4], a0[4], a1[4];
             if constexpr (SPLIT) {
@@ -677,6 +712,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
         } else
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
+          if (MASK && 16 * dt >= hd) break;  // past a masked head
           // A fragment of V^T (16 dims x 16 tokens).
           unsigned a[4];
           if constexpr (SPLIT) ldmatrix_x4(a, vst + dt * 16 * 32);
@@ -765,8 +801,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
     const unsigned rank = p.cluster ? cluster_rank() : 0u;
     const unsigned rx_lse = rx_s + csize * p.cl_share * 4;  // [splits][kClusterLseSlots]
     if (p.cluster) cluster_wait();  // every CTA's barrier is initialised: remote writes may start
-    for (int i = tid; i < p.gqa * HO; i += NTHR) {
-      const int r = i / HO, d = i % HO;
+    for (int i = tid; i < p.gqa * ho; i += NTHR) {
+      const int r = i / ho, d = i % ho;
       const int h = g * p.gqa + r;
       const int sd = PAIR && 2 * r >= p.gqa ? d + HO : d;  // O^T's row of output dim d
       float acc = 0.f;
@@ -790,7 +826,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
         else
           store_output<T>(p, q0, h, d, v, lse);
       } else {
-        p.part_o[(part_row + h) * HO + d] = v;
+        p.part_o[(part_row + h) * ho + d] = v;
         if (d == 0) p.part_lse[part_row + h] = lse;
       }
     }
@@ -801,10 +837,10 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
       const float* rx = reinterpret_cast<const float*>(smem_raw + (rx_s - smem_addr(smem_raw)));
       const float* rx_l = rx + csize * p.cl_share;
       const int first = static_cast<int>(rank) * p.cl_share;
-      const int mine = min(p.cl_share, p.gqa * HO - first);
+      const int mine = min(p.cl_share, p.gqa * ho - first);
       for (int e = tid; e < mine; e += NTHR) {
         const int i = first + e;
-        const int r = i / HO, d = i % HO;
+        const int r = i / ho, d = i % ho;
         const int h = g * p.gqa + r;
         // All loads before any use (ranks past the cluster read rank 0 and are masked).
         float lse_k[kMaxClusterSplits], o_k[kMaxClusterSplits];

@@ -67,8 +67,9 @@ constexpr int kMergeThreads = 256;
 /// (one round trip for up to 8 G splits: 64 for head 128), folds them into a running
 /// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
 /// metadata loads go out together first: two round trips in all, where one thread per head dim
-/// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
-/// split group, min(splits, kMergeThreads / (HEAD / 4)) groups.
+/// looping over the splits took one round trip per 8 splits. Launched with head / 4 threads per
+/// split group, min(splits, kMergeThreads / (head / 4)) groups, head = p.head_size (the output
+/// dims per query head, at run time: masked heads share an instance).
 /// `early_exit` (decode_merge_early_exit): the CTAs of sequences with nothing to merge (one
 /// split, or not a decode row) return at once instead of waiting for the split kernel; CTA
 /// (0, 0) always waits, which is enough to keep the merge grid from completing before the
@@ -76,15 +77,17 @@ constexpr int kMergeThreads = 256;
 /// merge) the waiting CTAs held the SMs' CTA slots after the split kernel ended and were
 /// launched and retired wave after wave on the critical path; returning early, they run
 /// while the split kernel's last CTAs do.
-template <class T, int HEAD>
+template <class T>
 __global__ void __launch_bounds__(kMergeThreads)
     decode_merge_kernel(const DecodeParams p, int early_exit) {
-  constexpr int V = HEAD / 4;                // threads per output row
-  constexpr int GMAX = kMergeThreads / V;    // split groups at most
-  constexpr int U = 8;                       // splits per thread per batch
+  const int head = p.head_size;
+  const int V = head / 4;                      // threads per output row
+  constexpr int GMAX = kMergeThreads / 4;      // split groups at most (head 16)
+  constexpr int U = 8;                         // splits per thread per batch
   const int G = static_cast<int>(blockDim.x) / V;
   __shared__ float s_m[GMAX], s_l[GMAX];
-  __shared__ __align__(16) float s_acc[GMAX][HEAD];
+  // [G][head]: G * head <= 4 * kMergeThreads.
+  __shared__ __align__(16) float s_acc[4 * kMergeThreads];
   const int h = blockIdx.x, s = blockIdx.y;
   const int g = threadIdx.x / V, c = threadIdx.x % V;
   const int q0 = p.qsl[s * p.qsl_stride];
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(kMergeThreads)
       const int i = i0 + u * G;
       const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
       lse[u] = i < nsplit ? p.part_lse[row] : -INFINITY;
-      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * HEAD + 4 * c)
+      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * head + 4 * c)
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float mb = m;
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     s_l[g] = l;
   }
 #pragma unroll
-  for (int k = 0; k < 4; ++k) s_acc[g][4 * c + k] = acc[k];
+  for (int k = 0; k < 4; ++k) s_acc[g * head + 4 * c + k] = acc[k];
   __syncthreads();
   if (g != 0) return;
   float M = -INFINITY;
@@ -161,7 +164,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     const float w = __expf(s_m[j] - m_base);
     den += w * s_l[j];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
+    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j * head + 4 * c + k];
   }
   // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
   const float lse_total = den != 0.f ? m_base + __logf(den) : NAN;
@@ -172,11 +175,12 @@ __global__ void __launch_bounds__(kMergeThreads)
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
           class TO = T, int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  constexpr int HO = PAIR ? HEAD / 2 : HEAD;
+  // Output dims per query head: the pairs' 64, a masked head's own (decode_mma_maskable).
+  const int ho = p.head_size;
   auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
   const int smem = static_cast<int>(
       decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES) +
-      (p.cluster ? decode_cluster_rx_bytes(HO, p.gqa, gr.num_splits) : 0));
+      (p.cluster ? decode_cluster_rx_bytes(ho, p.gqa, gr.num_splits) : 0));
   // The attribute is per function and per device; setting it is not a stream operation, so
   // it is legal during graph capture, and cheap enough to repeat. It is the same for every
   // call on a device (DecodeMmaConfig::smem_limit), so that a graph captured with a cluster
@@ -196,10 +200,10 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
   PA_CUDA_RETURN(cudaGetLastError(), "decode_mma: kernel launch");
   if (gr.num_splits > 1) {
     const int groups =
-        gr.invariant ? kMergeThreads / (HO / 4) : std::min(gr.num_splits, kMergeThreads / (HO / 4));
+        gr.invariant ? kMergeThreads / (ho / 4) : std::min(gr.num_splits, kMergeThreads / (ho / 4));
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(p.num_heads, gr.num_seqs);
-    cfg.blockDim = dim3(groups * (HO / 4));
+    cfg.blockDim = dim3(groups * (ho / 4));
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -209,14 +213,14 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
     cfg.numAttrs = gr.dependent_launch ? 1 : 0;
     const int early = decode_merge_early_exit() ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO>, p, early);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
       // A driver that refuses the attribute: the plain launch is correct too (the kernel's
       // griddepcontrol.wait is then a no-op).
       (void)cudaGetLastError();
       cfg.numAttrs = 0;
-      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, HO>, p, early);
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO>, p, early);
     }
     PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }

@@ -62,18 +62,22 @@ bool decode_mma_rows_supported(const ProblemDesc& pr, std::string* why_not) {
   const bool fp8 = decode_mma_kv_bytes(pr) == 1;
   if (pr.cache_dtype != pr.q_dtype && !fp8)
     return no("cache dtype is neither the query dtype nor fp8 e4m3/e5m2");
-  // One compile-time instance per head size (decode_mma_head_instance); a head between them
-  // would need the instance above with runtime-masked dims, which the kernel does not have.
-  if (!decode_mma_head_instance(pr.head_size))
-    return no("head_size is not 64, 80, 96, 112, 128, 192, 256 or 512 (the decode kernel's "
-              "instances)");
-  if (fp8 && !decode_mma_fp8_head_instance(pr.head_size))
-    return no("fp8 cache with head_size other than 64, 128, 256 or 512");
+  // One compile-time instance per head size, or the next larger maskable one
+  // (decode_mma_instance_head).
+  const int inst = decode_mma_instance_head(pr.head_size, fp8 ? 1 : 2);
+  if (inst == 0)
+    return no(fp8 ? "fp8 cache with head_size not a multiple of 16 in [64, 256] nor 512 (the "
+                    "decode kernel's instances: 64, 128, 256, 512, with masked dims between)"
+                  : "head_size not a multiple of 16 in [64, 256] nor 512 (the decode kernel's "
+                    "instances: 64, 80, 96, 112, 128, 192, 256, 512, with masked dims between)");
   if (pr.gqa_ratio() > 16) return no("GQA ratio above 16");
-  if (pr.head_size > 128 && pr.gqa_ratio() > 8)
-    return no(pr.head_size == 256   ? "head_size 256 with a GQA ratio above 8"
-              : pr.head_size == 192 ? "head_size 192 with a GQA ratio above 8"
-                                    : "head_size 512 with a GQA ratio above 8");
+  if (inst > 128 && pr.gqa_ratio() > 8) {
+    if (why_not)
+      *why_not = "head_size " + std::to_string(pr.head_size) +
+                 (inst != pr.head_size ? " (the head-" + std::to_string(inst) + " instance)" : "") +
+                 " with a GQA ratio above 8";
+    return false;
+  }
   // Block size 1 (16-bit caches): a block is one token whose key chunks and value dims are
   // contiguous, the nhd kernel's rows (decode_mma_split_as_rows).
   if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0 && !(pr.block_size == 1 && !fp8))
@@ -316,7 +320,8 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   // fp8 head 128, 8 columns: the 3-CTA instance's slots can call for more splits than the
   // 2-CTA one's (W1: 2 against 1); outside work-list calls the extra merge and the shorter
   // CTAs cost more than the third CTA per SM gains (DecodeMmaConfig::fp8_untuned).
-  if (tuned && !batch_invariant && decode_mma_kv_bytes(pr) == 1 && pr.head_size == 128 &&
+  if (tuned && !batch_invariant && decode_mma_kv_bytes(pr) == 1 &&
+      decode_mma_instance_head(pr.head_size, 1) == 128 &&
       pr.gqa_ratio() <= 8 && !decode_mma_work_list(c.num_splits, pr.batch.num_seqs)) {
     const DecodeMmaConfig old = config_for(pr, device, forced_splits, false, false);
     if (old.num_splits < c.num_splits) c = old;
