@@ -20,8 +20,15 @@ namespace pagedattn::cuda {
 namespace {
 
 template <class T, int HEAD>
-int ctas_16bit(int gqa, bool split) {
+int ctas_16bit(int gqa, bool split, int head_size) {
   if constexpr (HEAD == 256) {
+    constexpr int ST = decode_mma_stages(HEAD, 2);
+    if (head_size < HEAD)  // a masked instance
+      return with_masked_head<decode_mma_masked_low(HEAD, false), HEAD>(head_size, 0, [&](auto rh) {
+        constexpr int RH = decltype(rh)::value;
+        return split ? instance_ctas_per_sm<T, HEAD, true, 1, kKvSame, ST, RH>()
+                     : instance_ctas_per_sm<T, HEAD, false, 1, kKvSame, ST, RH>();
+      });
     return split ? instance_ctas_per_sm<T, HEAD, true, 1>() : instance_ctas_per_sm<T, HEAD, false, 1>();
   } else {
     if (gqa > 8)
@@ -31,10 +38,10 @@ int ctas_16bit(int gqa, bool split) {
 }
 
 template <class T>
-int ctas_16bit_head(int head, int gqa, bool split) {
-  if (head == 64) return ctas_16bit<T, 64>(gqa, split);
-  if (head == 128) return ctas_16bit<T, 128>(gqa, split);
-  return ctas_16bit<T, 256>(gqa, split);
+int ctas_16bit_head(int head, int gqa, bool split, int head_size) {
+  if (head == 64) return ctas_16bit<T, 64>(gqa, split, 64);
+  if (head == 128) return ctas_16bit<T, 128>(gqa, split, 128);
+  return ctas_16bit<T, 256>(gqa, split, head_size);
 }
 
 /// The kernel instance of one launch: the fp8 TU, the head-64 pairs, the heads of this TU
@@ -69,13 +76,12 @@ Status launch_heads(const DecodeParams& p, int head_size, bool bf16, bool fp8, b
 
 int decode_mma_device_ctas_per_sm(int head_size, int gqa, DType q, DType kv, KVLayout layout) {
   const bool fp8 = kv == DType::kFloat8E4M3 || kv == DType::kFloat8E5M2;
-  head_size = decode_mma_instance_head(head_size, fp8 ? 1 : 2);
-  if (head_size != 64 && head_size != 128 && head_size != 256 && !(fp8 && head_size == 512))
-    return 0;
+  const int inst = decode_mma_instance_head(head_size, fp8 ? 1 : 2);
+  if (inst != 64 && inst != 128 && inst != 256 && !(fp8 && inst == 512)) return 0;
   const bool split = layout == KVLayout::kSplit;
-  if (fp8) return decode::fp8_ctas_per_sm(head_size, gqa, kv, layout);
-  return q == DType::kBFloat16 ? ctas_16bit_head<__nv_bfloat16>(head_size, gqa, split)
-                               : ctas_16bit_head<__half>(head_size, gqa, split);
+  if (fp8) return decode::fp8_ctas_per_sm(inst, head_size, gqa, kv, layout);
+  return q == DType::kBFloat16 ? ctas_16bit_head<__nv_bfloat16>(inst, gqa, split, head_size)
+                               : ctas_16bit_head<__half>(inst, gqa, split, head_size);
 }
 
 Status decode_mma_run(const AttentionArgs& args, int block_size, const DecodeMmaConfig& config,

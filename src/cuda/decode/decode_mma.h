@@ -195,11 +195,11 @@ constexpr int decode_mma_instance_head(int head_size, int kv_bytes) {
   return head_size < 192 ? 192 : 256;
 }
 
-/// Whether the instance of head HEAD runs heads below it with masked dims
-/// (decode_mma_instance_head): the query's dims past the head are zero in shared memory, only
-/// the head's 16-byte chunks are copied from the cache, the S^T k-steps and O^T row tiles past
-/// it are skipped (fp8: k-step pairs of 32 dims, whose dead half reads zeroed key chunks) and
-/// only its dims are stored. The others have HEAD as a compile-time constant.
+/// Whether head HEAD has masked instances (decode_mma_kernel's RH, beside the exact one), one
+/// for each head below it that runs there (decode_mma_instance_head): the query's dims past the head are zero
+/// in shared memory, only the head's 16-byte chunks are copied from the cache, the S^T k-steps
+/// and O^T row tiles past it are skipped (fp8: k-step pairs of 32 dims, whose dead half reads
+/// zeroed key chunks) and only its dims are stored.
 constexpr bool decode_mma_maskable(int head, bool fp8) {
   return fp8 ? head == 128 || head == 256 : head == 192 || head == 256;
 }

@@ -87,7 +87,8 @@ constexpr int kListPerLane = kWorkListMaxSeqs / 32;
 //  - V split ([dim][16 tokens] rows, non-transposed): a lane receives tokens 4m..4m+3 of a dim,
 //    so the k index of the P V MMA is the token order 0,1,4,5,8,9,12,13,2,3,6,7,10,11,14,15; the
 //    K rows are loaded in that order, which gives P^T (through movmatrix) the same order.
-template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame>
+template <class T, int HEAD, bool SPLIT, int NT, int STAGES, bool PAIR, int KV = kKvSame,
+          int RH = 0>
 __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
                                   decode_mma_bound_ctas(HEAD, NT, KV != kKvSame, STAGES))
     decode_mma_kernel(const DecodeParams p) {
@@ -96,12 +97,16 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
   static_assert(!F8 || (!PAIR && std::is_same<T, __half>::value), "fp8: unpaired, fp16 MMAs");
   constexpr int EB = F8 ? 1 : 2;  // bytes per cache element
   constexpr int HO = PAIR ? HEAD / 2 : HEAD;  // output dims per query head
-  // Masked heads (decode_mma_maskable, decode_mma_instance_head): p.head_size < HEAD dims are
-  // read and written; every other instance has HEAD as a compile-time constant. hd: the
+  // RH > 0 (decode_mma_maskable, decode_mma_instance_head): the masked instance of head RH
+  // below HEAD, its dims past RH never copied, computed nor stored; a compile-time bound like
+  // HEAD (one instance for every head with the bound at run time cost W1 21% at fp8 head 128
+  // and 15% at bf16 head 256 on an H200: the unrolled k-step loops lost their overlap). hd: the
   // dims the MMAs need, ho: the output dims per query head.
-  constexpr bool MASK = decode_mma_maskable(HEAD, F8);
-  const int hd = MASK ? p.head_size : HEAD;
-  const int ho = MASK ? p.head_size : HO;
+  static_assert(RH == 0 || (decode_mma_maskable(HEAD, F8) && RH < HEAD && RH % 16 == 0),
+                "a head below a maskable instance");
+  constexpr bool MASK = RH != 0;
+  constexpr int hd = MASK ? RH : HEAD;
+  constexpr int ho = MASK ? RH : HO;
   // Head 512: 2 warps and 32-token tiles (decode_mma_warps); 4 and 64 otherwise.
   constexpr int WARPS = decode_mma_warps(HEAD);
   constexpr int NTHR = 32 * WARPS;
@@ -469,7 +474,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(HEAD),
         // previous item may have left anything there, NaN included). Each warp zeroes the key
         // chunks past the head in its own rows of every stage; the dead value dims only feed
         // O^T rows that are never stored. The barrier before the tile loop orders them.
-        const int dead = CHB - hd / 16;
+        constexpr int dead = CHB - hd / 16;
         for (int e = lane; e < STAGES * 16 * dead; e += 32) {
           const int st = e / (16 * dead), rr = (e / dead) % 16, c = hd / 16 + e % dead;
           const unsigned a =

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/status.h"
@@ -35,8 +37,10 @@ struct DecodeGrid {
 /// Errors: kInternal when a launch fails.
 Status launch_fp8_call(const DecodeParams& p, int head, DType kv, KVLayout layout,
                        const DecodeGrid& gr, cudaStream_t stream);
-/// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu).
-int fp8_ctas_per_sm(int head, int gqa, DType kv, KVLayout layout);
+/// instance_ctas_per_sm of the fp8 instance launch_fp8_call picks (decode_mma_fp8.cu) for the
+/// instance head `head` (64, 128, 256, 512) running head `head_size` (below it: the masked
+/// instance); 0 for a head without one.
+int fp8_ctas_per_sm(int head, int head_size, int gqa, DType kv, KVLayout layout);
 /// launch_fp8_call and fp8_ctas_per_sm for head 512 (GQA <= 8), in decode_mma_fp8_h512.cu: its
 /// eight instances are the largest of the fp8 kernels and compile in parallel with the others.
 Status launch_fp8_h512_call(const DecodeParams& p, DType kv, KVLayout layout,
@@ -68,8 +72,8 @@ constexpr int kMergeThreads = 256;
 /// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
 /// metadata loads go out together first: two round trips in all, where one thread per head dim
 /// looping over the splits took one round trip per 8 splits. Launched with head / 4 threads per
-/// split group, min(splits, kMergeThreads / (head / 4)) groups, head = p.head_size (the output
-/// dims per query head, at run time: masked heads share an instance).
+/// split group, min(splits, kMergeThreads / (head / 4)) groups, head = HEAD (the output dims per
+/// query head: a masked instance's own head).
 /// `early_exit` (decode_merge_early_exit): the CTAs of sequences with nothing to merge (one
 /// split, or not a decode row) return at once instead of waiting for the split kernel; CTA
 /// (0, 0) always waits, which is enough to keep the merge grid from completing before the
@@ -77,11 +81,11 @@ constexpr int kMergeThreads = 256;
 /// merge) the waiting CTAs held the SMs' CTA slots after the split kernel ended and were
 /// launched and retired wave after wave on the critical path; returning early, they run
 /// while the split kernel's last CTAs do.
-template <class T>
+template <class T, int HEAD>
 __global__ void __launch_bounds__(kMergeThreads)
     decode_merge_kernel(const DecodeParams p, int early_exit) {
-  const int head = p.head_size;
-  const int V = head / 4;                      // threads per output row
+  constexpr int head = HEAD;  // output dims per query head
+  constexpr int V = head / 4;                  // threads per output row
   constexpr int GMAX = kMergeThreads / 4;      // split groups at most (head 16)
   constexpr int U = 8;                         // splits per thread per batch
   const int G = static_cast<int>(blockDim.x) / V;
@@ -173,11 +177,12 @@ __global__ void __launch_bounds__(kMergeThreads)
 }
 
 template <class T, int HEAD, bool SPLIT, int NT, bool PAIR = false, int KV = kKvSame,
-          class TO = T, int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
+          class TO = T, int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT),
+          int RH = 0>
 Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) {
-  // Output dims per query head: the pairs' 64, a masked head's own (decode_mma_maskable).
-  const int ho = p.head_size;
-  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV>;
+  // Output dims per query head: the pairs' 64, a masked head's own (RH, decode_mma_maskable).
+  constexpr int ho = RH ? RH : PAIR ? HEAD / 2 : HEAD;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, PAIR, KV, RH>;
   const int smem = static_cast<int>(
       decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES) +
       (p.cluster ? decode_cluster_rx_bytes(ho, p.gqa, gr.num_splits) : 0));
@@ -213,26 +218,56 @@ Status launch(const DecodeParams& p, const DecodeGrid& gr, cudaStream_t stream) 
     // kernel to the merge kernel (CudaGraph.DecodeMergeKernelCaptureAndReplayEqualEager).
     cfg.numAttrs = gr.dependent_launch ? 1 : 0;
     const int early = decode_merge_early_exit() ? 1 : 0;
-    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO>, p, early);
+    cudaError_t err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, ho>, p, early);
     if (err != cudaSuccess && cfg.numAttrs == 1 &&
         (err == cudaErrorNotSupported || err == cudaErrorInvalidValue)) {
       // A driver that refuses the attribute: the plain launch is correct too (the kernel's
       // griddepcontrol.wait is then a no-op).
       (void)cudaGetLastError();
       cfg.numAttrs = 0;
-      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO>, p, early);
+      err = cudaLaunchKernelEx(&cfg, decode_merge_kernel<TO, ho>, p, early);
     }
     PA_CUDA_RETURN(err, "decode_mma: merge launch");
   }
   return Status::Ok();
 }
 
-template <class T, int HEAD>
+/// f(std::integral_constant<int, RH>{}) for the head `head_size` among RH, RH + 16, ... below
+/// HEAD (the heads of a masked instance, decode_mma_instance_head); `none` for another head.
+template <int RH, int HEAD, class R, class F>
+R with_masked_head(int head_size, R none, F&& f) {
+  if constexpr (RH >= HEAD) {
+    (void)head_size;
+    (void)f;
+    return none;
+  } else {
+    if (head_size == RH) return f(std::integral_constant<int, RH>{});
+    return with_masked_head<RH + 16, HEAD, R>(head_size, std::move(none), f);
+  }
+}
+
+/// The lowest head on the masked instances of HEAD (decode_mma_instance_head): the heads from
+/// it to HEAD - 16 have one each.
+constexpr int decode_mma_masked_low(int head, bool fp8) {
+  return fp8 ? (head == 128 ? 80 : 144) : (head == 192 ? 144 : 208);
+}
+
+/// The 16-bit instances of head HEAD for `layout` and the GQA group; a head below HEAD
+/// (decode_mma_instance_head) on its masked instance RH.
+template <class T, int HEAD, int RH = 0>
 Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                      cudaStream_t stream) {
+  if constexpr (RH == 0 && decode_mma_maskable(HEAD, false)) {
+    if (p.head_size < HEAD)
+      return with_masked_head<decode_mma_masked_low(HEAD, false), HEAD>(
+          p.head_size, Status(StatusCode::kInternal, "decode_mma: no masked instance"),
+          [&](auto rh) { return launch_layout<T, HEAD, decltype(rh)::value>(p, layout, gr, stream); });
+  }
+  constexpr int ST = decode_mma_stages(HEAD, 2);
   if constexpr (HEAD > 128) {  // heads 192, 256: GQA <= 8 only (decode_mma_rows_supported)
-    if (layout == KVLayout::kSplit) return launch<T, HEAD, true, 1>(p, gr, stream);
-    return launch<T, HEAD, false, 1>(p, gr, stream);
+    if (layout == KVLayout::kSplit)
+      return launch<T, HEAD, true, 1, false, kKvSame, T, ST, RH>(p, gr, stream);
+    return launch<T, HEAD, false, 1, false, kKvSame, T, ST, RH>(p, gr, stream);
   } else {
     const bool wide = p.gqa > 8;
     if (layout == KVLayout::kSplit)
@@ -243,25 +278,41 @@ Status launch_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& g
 
 /// fp8 caches: the fp16-MMA kernel whatever the query dtype (p.q_bf16), the merge kernel of the
 /// output dtype; the stages of decode_mma_stages (8 columns: the untuned ones where the plan
-/// chose them, DecodeMmaConfig::fp8_untuned).
-template <int HEAD, int KV, class TO>
+/// chose them, DecodeMmaConfig::fp8_untuned, which it never does for a masked head); a head
+/// below HEAD (decode_mma_instance_head) on its masked instance.
+template <int HEAD, int KV, class TO, int RH = 0>
 Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGrid& gr,
                          cudaStream_t stream) {
+  if constexpr (RH == 0 && decode_mma_maskable(HEAD, true)) {
+    if (p.head_size < HEAD)
+      return with_masked_head<decode_mma_masked_low(HEAD, true), HEAD>(
+          p.head_size, Status(StatusCode::kInternal, "decode_mma: no masked fp8 instance"),
+          [&](auto rh) {
+            return launch_fp8_layout<HEAD, KV, TO, decltype(rh)::value>(p, layout, gr, stream);
+          });
+  }
+  constexpr int S1 = decode_mma_stages(HEAD, 1, 8), S2 = decode_mma_stages(HEAD, 1, 16);
   if constexpr (HEAD >= 256) {  // GQA <= 8 only
-    if (layout == KVLayout::kSplit) return launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream);
-    return launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+    if (layout == KVLayout::kSplit)
+      return launch<__half, HEAD, true, 1, false, KV, TO, S1, RH>(p, gr, stream);
+    return launch<__half, HEAD, false, 1, false, KV, TO, S1, RH>(p, gr, stream);
   } else {
     const bool wide = p.gqa > 8;
     const bool split = layout == KVLayout::kSplit;
     if (wide)
-      return split ? launch<__half, HEAD, true, 2, false, KV, TO>(p, gr, stream)
-                   : launch<__half, HEAD, false, 2, false, KV, TO>(p, gr, stream);
-    constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
-    if (gr.fp8_untuned)
-      return split ? launch<__half, HEAD, true, 1, false, KV, TO, kOld>(p, gr, stream)
-                   : launch<__half, HEAD, false, 1, false, KV, TO, kOld>(p, gr, stream);
-    return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
-                 : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+      return split ? launch<__half, HEAD, true, 2, false, KV, TO, S2, RH>(p, gr, stream)
+                   : launch<__half, HEAD, false, 2, false, KV, TO, S2, RH>(p, gr, stream);
+    if constexpr (RH != 0) {
+      return split ? launch<__half, HEAD, true, 1, false, KV, TO, S1, RH>(p, gr, stream)
+                   : launch<__half, HEAD, false, 1, false, KV, TO, S1, RH>(p, gr, stream);
+    } else {
+      constexpr int kOld = decode_mma_stages(HEAD, 1, 8, false);
+      if (gr.fp8_untuned)
+        return split ? launch<__half, HEAD, true, 1, false, KV, TO, kOld>(p, gr, stream)
+                     : launch<__half, HEAD, false, 1, false, KV, TO, kOld>(p, gr, stream);
+      return split ? launch<__half, HEAD, true, 1, false, KV, TO>(p, gr, stream)
+                   : launch<__half, HEAD, false, 1, false, KV, TO>(p, gr, stream);
+    }
   }
 }
 
@@ -270,9 +321,9 @@ Status launch_fp8_layout(const DecodeParams& p, KVLayout layout, const DecodeGri
 /// (decode_mma_device_ctas_per_sm). 0 when a query fails. Sets the kernel's shared-memory
 /// attribute, which every launch sets again to its plan's limit.
 template <class T, int HEAD, bool SPLIT, int NT, int KV = kKvSame,
-          int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT)>
+          int STAGES = decode_mma_stages(HEAD, KV == kKvSame ? 2 : 1, 8 * NT), int RH = 0>
 int instance_ctas_per_sm() {
-  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, false, KV>;
+  auto kernel = decode_mma_kernel<T, HEAD, SPLIT, NT, STAGES, false, KV, RH>;
   const int smem =
       static_cast<int>(decode_mma_smem_bytes_for(HEAD, KV == kKvSame ? 2 : 1, STAGES));
   int n = 0;

@@ -320,8 +320,8 @@ DecodeMmaConfig decode_mma_config(const ProblemDesc& pr, const DeviceInfo& devic
   // fp8 head 128, 8 columns: the 3-CTA instance's slots can call for more splits than the
   // 2-CTA one's (W1: 2 against 1); outside work-list calls the extra merge and the shorter
   // CTAs cost more than the third CTA per SM gains (DecodeMmaConfig::fp8_untuned).
-  if (tuned && !batch_invariant && decode_mma_kv_bytes(pr) == 1 &&
-      decode_mma_instance_head(pr.head_size, 1) == 128 &&
+  // Not for a masked head: its instance runs the tuned stages only (launch_fp8_layout).
+  if (tuned && !batch_invariant && decode_mma_kv_bytes(pr) == 1 && pr.head_size == 128 &&
       pr.gqa_ratio() <= 8 && !decode_mma_work_list(c.num_splits, pr.batch.num_seqs)) {
     const DecodeMmaConfig old = config_for(pr, device, forced_splits, false, false);
     if (old.num_splits < c.num_splits) c = old;
