@@ -107,6 +107,13 @@ TEST(DecodeMmaSupport, HeadSizesOfTheKernelInstances) {
         << head;
   }
   for (int head : {128, 256}) EXPECT_TRUE(decode_mma_maskable(head, true));
+  // The masked instances the launchers dispatch over: from the lowest head to HEAD - 16.
+  EXPECT_EQ(decode_mma_masked_low(128, true), 80);
+  EXPECT_EQ(decode_mma_masked_low(256, true), 144);
+  EXPECT_EQ(decode_mma_masked_low(192, false), 144);
+  EXPECT_EQ(decode_mma_masked_low(256, false), 208);
+  EXPECT_EQ(decode_mma_masked_low(128, false), 0);
+  EXPECT_EQ(decode_mma_masked_low(64, true), 0);
   for (int head : {64, 512}) EXPECT_FALSE(decode_mma_maskable(head, true));
   f8.head_size = 96;
   f8.num_kv_heads = 2;  // GQA 16 on the head-128 instance

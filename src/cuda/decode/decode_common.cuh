@@ -45,8 +45,8 @@ struct DecodeParams {
   const int* qsl;
   std::int64_t qsl_stride;
   int num_heads, gqa, block_size;
-  // Output dims per query head: the head size (64 for the head-64 pairs). Below the instance's
-  // HEAD on a masked instance (decode_mma_maskable), whose dims past it are masked.
+  // Output dims per query head: the head size (64 for the head-64 pairs). The launchers pick
+  // a masked instance by it when it is below the instance's HEAD (decode_mma_maskable).
   int head_size;
   // A tile advances every token by 64 = step_q blocks + step_r tokens.
   int step_q, step_r;

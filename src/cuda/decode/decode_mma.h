@@ -182,8 +182,9 @@ bool decode_merge_early_exit();
 /// elements (2: fp16/bf16, 1: fp8), 0 when none does. Each instance size is its own
 /// instance (16-bit: 64, 80, 96, 112, 128, 192, 256, 512; fp8: 64, 128, 256, 512); a head
 /// between them that is a multiple of 16 runs on the next larger maskable one
-/// (decode_mma_maskable) with its dims past the head masked at run time: 16-bit 144, 160, 176
-/// on 192 and 208, 224, 240 on 256; fp8 80, 96, 112 on 128 and 144-240 on 256. Heads below 64,
+/// (decode_mma_maskable), in a masked instance of its own with the dims past the head left out:
+/// 16-bit 144, 160, 176 on 192 and 208, 224, 240 on 256; fp8 80, 96, 112 on 128 and 144-240 on
+/// 256. Heads below 64,
 /// other multiples of 8 and heads between 256 and 512 keep the tiled kernel (the head-64 and
 /// head-128 16-bit instances, the hot ones, are never masked).
 constexpr int decode_mma_instance_head(int head_size, int kv_bytes) {
@@ -202,6 +203,14 @@ constexpr int decode_mma_instance_head(int head_size, int kv_bytes) {
 /// zeroed key chunks) and only its dims are stored.
 constexpr bool decode_mma_maskable(int head, bool fp8) {
   return fp8 ? head == 128 || head == 256 : head == 192 || head == 256;
+}
+
+/// The lowest head that runs masked on instance `head` (decode_mma_instance_head; 0 when none
+/// does): the multiples of 16 from it to head - 16 each have a masked instance there.
+constexpr int decode_mma_masked_low(int head, bool fp8) {
+  for (int h = 16; h < head; h += 16)
+    if (decode_mma_instance_head(h, fp8 ? 1 : 2) == head) return h;
+  return 0;
 }
 
 /// Stages of the pipeline for head `head_size`, `kv_bytes`-byte cache elements and a GQA

@@ -71,9 +71,9 @@ constexpr int kMergeThreads = 256;
 /// (one round trip for up to 8 G splits: 64 for head 128), folds them into a running
 /// (max, sum, accumulator), and the G groups combine through shared memory. The sequence's
 /// metadata loads go out together first: two round trips in all, where one thread per head dim
-/// looping over the splits took one round trip per 8 splits. Launched with head / 4 threads per
-/// split group, min(splits, kMergeThreads / (head / 4)) groups, head = HEAD (the output dims per
-/// query head: a masked instance's own head).
+/// looping over the splits took one round trip per 8 splits. Launched with HEAD / 4 threads per
+/// split group, min(splits, kMergeThreads / (HEAD / 4)) groups (HEAD: the output dims per query
+/// head, a masked instance's own head).
 /// `early_exit` (decode_merge_early_exit): the CTAs of sequences with nothing to merge (one
 /// split, or not a decode row) return at once instead of waiting for the split kernel; CTA
 /// (0, 0) always waits, which is enough to keep the merge grid from completing before the
@@ -84,14 +84,12 @@ constexpr int kMergeThreads = 256;
 template <class T, int HEAD>
 __global__ void __launch_bounds__(kMergeThreads)
     decode_merge_kernel(const DecodeParams p, int early_exit) {
-  constexpr int head = HEAD;  // output dims per query head
-  constexpr int V = head / 4;                  // threads per output row
-  constexpr int GMAX = kMergeThreads / 4;      // split groups at most (head 16)
-  constexpr int U = 8;                         // splits per thread per batch
+  constexpr int V = HEAD / 4;                // threads per output row
+  constexpr int GMAX = kMergeThreads / V;    // split groups at most
+  constexpr int U = 8;                       // splits per thread per batch
   const int G = static_cast<int>(blockDim.x) / V;
   __shared__ float s_m[GMAX], s_l[GMAX];
-  // [G][head]: G * head <= 4 * kMergeThreads.
-  __shared__ __align__(16) float s_acc[4 * kMergeThreads];
+  __shared__ __align__(16) float s_acc[GMAX][HEAD];
   const int h = blockIdx.x, s = blockIdx.y;
   const int g = threadIdx.x / V, c = threadIdx.x % V;
   const int q0 = p.qsl[s * p.qsl_stride];
@@ -117,7 +115,7 @@ __global__ void __launch_bounds__(kMergeThreads)
       const int i = i0 + u * G;
       const std::int64_t row = base + static_cast<std::int64_t>(i) * p.num_heads;
       lse[u] = i < nsplit ? p.part_lse[row] : -INFINITY;
-      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * head + 4 * c)
+      o[u] = i < nsplit ? *reinterpret_cast<const float4*>(p.part_o + row * HEAD + 4 * c)
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float mb = m;
@@ -150,7 +148,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     s_l[g] = l;
   }
 #pragma unroll
-  for (int k = 0; k < 4; ++k) s_acc[g * head + 4 * c + k] = acc[k];
+  for (int k = 0; k < 4; ++k) s_acc[g][4 * c + k] = acc[k];
   __syncthreads();
   if (g != 0) return;
   float M = -INFINITY;
@@ -168,7 +166,7 @@ __global__ void __launch_bounds__(kMergeThreads)
     const float w = __expf(s_m[j] - m_base);
     den += w * s_l[j];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j * head + 4 * c + k];
+    for (int k = 0; k < 4; ++k) out[k] += w * s_acc[j][4 * c + k];
   }
   // den = 0: every key's logit is -inf and no sink, 0/0 (NaN) as in the oracle.
   const float lse_total = den != 0.f ? m_base + __logf(den) : NAN;
@@ -244,12 +242,6 @@ R with_masked_head(int head_size, R none, F&& f) {
     if (head_size == RH) return f(std::integral_constant<int, RH>{});
     return with_masked_head<RH + 16, HEAD, R>(head_size, std::move(none), f);
   }
-}
-
-/// The lowest head on the masked instances of HEAD (decode_mma_instance_head): the heads from
-/// it to HEAD - 16 have one each.
-constexpr int decode_mma_masked_low(int head, bool fp8) {
-  return fp8 ? (head == 128 ? 80 : 144) : (head == 192 ? 144 : 208);
 }
 
 /// The 16-bit instances of head HEAD for `layout` and the GQA group; a head below HEAD
