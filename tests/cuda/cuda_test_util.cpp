@@ -334,4 +334,8 @@ void expect_on_decode_fast_path(const testing::CaseConfig& config, testing::Case
                       << r.worst_ratio << "\n  " << r.choice.reason;
 }
 
+std::string indexed_case_name(const ::testing::TestParamInfo<testing::CaseConfig>& info) {
+  return testing::case_name(info.param) + "_" + std::to_string(info.index);
+}
+
 }  // namespace pagedattn::cudatest

@@ -214,4 +214,8 @@ void expect_graph_replay_equals_eager(Problem& pr, int* programmatic_edges = nul
 /// ASSERT_NO_FATAL_FAILURE); the caller adds its own checks on `*result`.
 void expect_on_decode_fast_path(const testing::CaseConfig& config, testing::CaseResult* result);
 
+/// GoogleTest's name of a generated case: its case_name (every field) and its index, unique
+/// even where two generated cases have the same fields.
+std::string indexed_case_name(const ::testing::TestParamInfo<testing::CaseConfig>& info);
+
 }  // namespace pagedattn::cudatest

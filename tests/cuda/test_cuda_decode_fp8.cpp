@@ -155,10 +155,6 @@ std::vector<CaseConfig> fp8_decode_cases() {
   return out;
 }
 
-std::string param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
-  return testing::case_name(info.param) + "_" + std::to_string(info.index);
-}
-
 class CudaDecodeFp8 : public ::testing::TestWithParam<CaseConfig> {};
 
 TEST_P(CudaDecodeFp8, MatchesOracleOnTheDecodeFastPath) {
@@ -169,7 +165,7 @@ TEST_P(CudaDecodeFp8, MatchesOracleOnTheDecodeFastPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeFp8, ::testing::ValuesIn(fp8_decode_cases()),
-                         param_name);
+                         indexed_case_name);
 
 /// fp8 at 131072 keys (issue 21: no long-context drift): one decode row attends 131072 fp8
 /// keys, in one split (one CTA carries the fp32 running state over 2048 tiles) and as planned
@@ -230,7 +226,7 @@ TEST_P(CudaDecodeFp8Long, MatchesOracleAt131072Keys) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Long, CudaDecodeFp8Long, ::testing::ValuesIn(fp8_long_cases()),
-                         param_name);
+                         indexed_case_name);
 
 /// Skewed batches at the split choices of the bench's skew rows (32 query / 8 KV heads, block
 /// 16): one long sequence among 63 or 255 short ones, first or last in the batch, fp8 heads
@@ -292,7 +288,7 @@ TEST_P(CudaDecodeFp8Skew, LongSequenceSplitWhereverItSits) {
   EXPECT_GE(result.choice.num_splits, 8) << result.choice.reason;
 }
 
-INSTANTIATE_TEST_SUITE_P(Skew, CudaDecodeFp8Skew, ::testing::ValuesIn(skew_cases()), param_name);
+INSTANTIATE_TEST_SUITE_P(Skew, CudaDecodeFp8Skew, ::testing::ValuesIn(skew_cases()), indexed_case_name);
 
 /// The plan cuts batches for decode_mma_slots CTAs per SM; the device must run exactly that
 /// many of the instance decode_mma_run launches (registers as ptxas built it, shared memory).

@@ -118,10 +118,6 @@ std::vector<CaseConfig> split_bs1_cases() {
   return out;
 }
 
-std::string param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
-  return testing::case_name(info.param) + "_" + std::to_string(info.index);
-}
-
 void expect_decode_path_matches(const CaseConfig& config, std::string* reason = nullptr) {
   CaseResult result;
   expect_on_decode_fast_path(config, &result);
@@ -139,7 +135,7 @@ TEST_P(CudaDecodeHeads, MatchesOracleOnTheDecodeFastPath) {
   expect_decode_path_matches(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeHeads, ::testing::ValuesIn(head_cases()), param_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeHeads, ::testing::ValuesIn(head_cases()), indexed_case_name);
 
 class CudaDecodeSplitBs1 : public ::testing::TestWithParam<CaseConfig> {};
 
@@ -152,7 +148,7 @@ TEST_P(CudaDecodeSplitBs1, RunsAsRowsAndMatchesTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeSplitBs1, ::testing::ValuesIn(split_bs1_cases()),
-                         param_name);
+                         indexed_case_name);
 
 /// More than 65535 sequences: gridDim.z of the split kernel and gridDim.y of the merge kernel
 /// stop at 65535, so decode_mma_run launches the batch in parts with offset metadata and

@@ -1,6 +1,6 @@
 // The decode fast path's masked heads (decode_mma_instance_head, decode_mma_maskable): a head
-// without an instance of its own runs on the next larger maskable one with the dims past it
-// masked at run time (16-bit 144, 160, 176 on head 192 and 208, 224, 240 on head 256; fp8
+// without an instance of its own runs on the next larger maskable one, in a masked instance
+// of its own that leaves the dims past it out (16-bit 144, 160, 176 on head 192 and 208, 224, 240 on head 256; fp8
 // 80, 96, 112 on head 128 and 144-240 on head 256), against the oracle through the shared
 // harness (cache written by write_kv into NaN-poisoned memory: a kernel that copies a chunk
 // past the head reads the next head's values or NaN padding, and one that lets a stale key
@@ -30,8 +30,6 @@ namespace {
 using testing::CaseConfig;
 using testing::CaseResult;
 
-bool fp8(DType t) { return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2; }
-
 std::vector<CaseConfig> masked_cases() {
   std::vector<CaseConfig> out;
   int n = 0;
@@ -45,7 +43,7 @@ std::vector<CaseConfig> masked_cases() {
     for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2}) heads.push_back({head, kv});
   for (const HeadKv& hk : heads)
     for (KVLayout layout : {KVLayout::kNHD, KVLayout::kHND, KVLayout::kSplit}) {
-      const bool f8 = fp8(hk.kv);
+      const bool f8 = is_fp8(hk.kv);
       const std::vector<int> blocks = layout == KVLayout::kSplit
                                           ? (f8 ? std::vector<int>{16, 32} : std::vector<int>{1, 8, 16, 32})
                                           : std::vector<int>{1, 7, 16, 32};
@@ -96,7 +94,7 @@ std::vector<CaseConfig> masked_cases() {
         c.head_size = hk.head;
         c.dtype = DType::kBFloat16;
         c.kv_dtype = hk.kv;
-        if (fp8(hk.kv)) {
+        if (is_fp8(hk.kv)) {
           c.k_scale = 0.25f;
           c.v_scale = 0.5f;
         }
@@ -108,10 +106,6 @@ std::vector<CaseConfig> masked_cases() {
   return out;
 }
 
-std::string param_name(const ::testing::TestParamInfo<CaseConfig>& info) {
-  return testing::case_name(info.param) + "_" + std::to_string(info.index);
-}
-
 class CudaDecodeMasked : public ::testing::TestWithParam<CaseConfig> {};
 
 TEST_P(CudaDecodeMasked, MatchesOracleOnTheNextLargerInstance) {
@@ -119,7 +113,7 @@ TEST_P(CudaDecodeMasked, MatchesOracleOnTheNextLargerInstance) {
   const CaseConfig& c = GetParam();
   CaseResult result;
   ASSERT_NO_FATAL_FAILURE(expect_on_decode_fast_path(c, &result));
-  const int inst = cuda::decode_mma_instance_head(c.head_size, fp8(c.kv_dtype) ? 1 : 2);
+  const int inst = cuda::decode_mma_instance_head(c.head_size, is_fp8(c.kv_dtype) ? 1 : 2);
   ASSERT_GT(inst, c.head_size);
   const std::string& why = result.choice.reason;
   EXPECT_NE(why.find("head-" + std::to_string(inst) + " instance"), std::string::npos) << why;
@@ -128,7 +122,7 @@ TEST_P(CudaDecodeMasked, MatchesOracleOnTheNextLargerInstance) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeMasked, ::testing::ValuesIn(masked_cases()),
-                         param_name);
+                         indexed_case_name);
 
 }  // namespace
 }  // namespace pagedattn::cudatest
