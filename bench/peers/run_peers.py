@@ -573,6 +573,17 @@ def main() -> int:
     args = ap.parse_args()
     if args.iters < 1 or args.warmup < 0:
         ap.error("--iters >= 1, --warmup >= 0")
+    if args.max_restarts < 0:
+        ap.error("--max-restarts >= 0")
+    if args.resume:  # a run to continue must be there and be one of this script's JSONs
+        try:
+            with open(args.resume) as f:
+                prev = json.load(f)
+            if not isinstance(prev, dict) or not isinstance(prev.get("results"), list) or \
+                    "read_ceiling_gbps" not in prev or "command" not in prev:
+                ap.error(f"--resume {args.resume}: not the --json of a run_peers.py run")
+        except (OSError, ValueError) as e:
+            ap.error(f"--resume {args.resume}: cannot read it ({e})")
     for p in (args.json, args.md, args.png):
         if p:  # a bad path fails now, not after minutes of GPU work
             try:

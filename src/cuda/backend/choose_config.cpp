@@ -20,8 +20,7 @@ std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
   const int h = decode_mma_instance_head(pr.head_size, kvb);
   const int row = decode_mma_row_elems(h);
   const std::int64_t per_sm = decode_mma_slots(h, pr.gqa_ratio(), 1,
-                                               device.max_shared_memory_per_block, 0,
-                                               decode_mma_kv_bytes(pr));
+                                               device.max_shared_memory_per_block, 0, kvb);
   std::string r = "the head-" + std::to_string(h) + " instance (" + std::to_string(h / 16) +
                   " k-steps of 16 dims in S^T = K Q^T, " + std::to_string(h / 16) +
                   " 16-dim row tiles of O^T = V^T P^T";
