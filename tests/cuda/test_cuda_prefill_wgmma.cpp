@@ -104,6 +104,17 @@ std::vector<CaseConfig> wgmma_cases() {
   add(wcase(nhd, 64, f16, 8, 2, 17, {{700, 111}, {18, 18}}, "bs17"));
   add(wcase(hnd, 128, b16, 8, 1, 1, {{260, 70}}, "bs1_mqa8"));
   add(wcase(nhd, 128, f16, 8, 2, 544, {{1145, 130}, {544, 2}, {543, 65}}, "bs544"));
+  // ---- the producer's TMA boxes (prefill_ws_tma_box): 8-token pages (16 boxes a tile), pages
+  // of two tiles, a window that starts key ranges mid-page (partial segments by cp.async), and
+  // a page of 24 tokens that is no box (cp.async only).
+  add(wcase(nhd, 64, b16, 16, 4, 8, {{700, 333}, {9, 9}, {130, 2}}, "tma_bs8"));
+  add(wcase(nhd, 128, f16, 8, 2, 256, {{1000, 300}, {257, 200}, {600, 1}}, "tma_bs256"));
+  {
+    CaseConfig c = wcase(hnd, 128, b16, 8, 2, 64, {{900, 400}, {333, 100}}, "tma_bs64_window");
+    c.sliding_window = 77;
+    add(c);
+  }
+  add(wcase(nhd, 128, b16, 8, 2, 24, {{500, 130}, {49, 49}}, "bs24_no_tma"));
 
   // ---- head 256 (64-key tiles)
   add(wcase(nhd, 256, b16, 8, 2, 16, {{2, 2}, {33, 33}, {300, 65}, {700, 130}}, "h256"));

@@ -114,6 +114,34 @@ TEST(PrefillWgmmaSelect, SharedMemoryFitsOneCtaPerSm) {
   }
 }
 
+TEST(PrefillWgmmaSelect, TmaBoxIsOnePageSegmentOfATile) {
+  // Pages that divide the 128-token tile of head 64/128: one box per page.
+  for (int bs : {8, 16, 32, 64, 128}) {
+    EXPECT_EQ(prefill_ws_tma_box(64, bs), bs) << bs;
+    EXPECT_EQ(prefill_ws_tma_box(128, bs), bs) << bs;
+  }
+  // Pages of whole tiles: a box is the tile.
+  EXPECT_EQ(prefill_ws_tma_box(128, 256), 128);
+  EXPECT_EQ(prefill_ws_tma_box(128, 2048), 128);
+  EXPECT_EQ(prefill_ws_tma_box(256, 128), 64);  // head 256: 64-token tiles
+  EXPECT_EQ(prefill_ws_tma_box(256, 64), 64);
+  EXPECT_EQ(prefill_ws_tma_box(256, 32), 32);
+  // No box: not a multiple of 8 tokens, or a page that straddles tiles.
+  for (int bs : {0, -16, 1, 2, 4, 12, 20, 100}) EXPECT_EQ(prefill_ws_tma_box(128, bs), 0) << bs;
+  EXPECT_EQ(prefill_ws_tma_box(128, 24), 0);   // 128 % 24 != 0
+  EXPECT_EQ(prefill_ws_tma_box(128, 192), 0);  // 192 % 128 != 0
+  EXPECT_EQ(prefill_ws_tma_box(256, 96), 0);
+  // Every box tiles its tile and starts at a multiple of 8 rows.
+  for (int head : {64, 128, 256})
+    for (int bs = 1; bs <= 4096; ++bs) {
+      const int box = prefill_ws_tma_box(head, bs);
+      if (box == 0) continue;
+      EXPECT_EQ(box % 8, 0);
+      EXPECT_EQ(prefill_ws_tile_tokens(head) % box, 0);
+      EXPECT_TRUE(bs % box == 0) << head << " " << bs;
+    }
+}
+
 TEST(PrefillWgmmaSelect, RowTiles) {
   const std::int32_t qsl[] = {0, 1, 1, 65, 82, 182};  // query lengths 1, 0, 64, 17, 100
   EXPECT_EQ(prefill_wgmma_row_tiles(qsl, 1, 5, 4, 1), 1 + 0 + 2 + 1 + 4);
@@ -136,6 +164,20 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
   EXPECT_NE(c->reason.find("cuda_prefill_wgmma"), std::string::npos) << c->reason;
   EXPECT_TRUE(c->prefill_rows_wgmma_ws) << c->reason;  // the warp-specialised version
   EXPECT_NE(c->reason.find("warp-specialised"), std::string::npos) << c->reason;
+  // explain names the producer's loader: TMA boxes of a 16-token page, cp.async for pages
+  // that are no box.
+  EXPECT_NE(c->reason.find("TMA boxes of 16 tokens"), std::string::npos) << c->reason;
+  for (int bs : {12, 24}) {
+    ProblemDesc q = chunk_problem();
+    q.block_size = bs;
+    auto cq = select_kernel(q, info);
+    ASSERT_TRUE(cq.ok());
+    ASSERT_TRUE(cq->prefill_rows_wgmma_ws) << cq->reason;
+    EXPECT_EQ(cq->reason.find("TMA boxes of"), std::string::npos) << cq->reason;
+    EXPECT_NE(cq->reason.find("no TMA boxes, as block_size " + std::to_string(bs)),
+              std::string::npos)
+        << cq->reason;
+  }
   {
     PlanOptions v1;
     v1.wgmma_prefill_v1 = true;

@@ -14,6 +14,25 @@ namespace pagedattn::cuda {
 
 namespace {
 
+/// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
+/// for a page of `block_size` tokens (prefill_ws_tma_box).
+std::string ws_loader_note(int head, int block_size) {
+  const int box = prefill_ws_tma_box(head, block_size);
+  const int tok = prefill_ws_tile_tokens(head);
+  if (box > 0)
+    return "TMA boxes of " + std::to_string(box) + " tokens x 64 dims for every page segment "
+           "of a tile inside the chunk's key range (block_size " + std::to_string(block_size) +
+           (block_size <= tok ? " divides the " : " is a multiple of the ") +
+           std::to_string(tok) + "-token tile), the partial first and last segments by 16-byte "
+           "cp.async, all completing on mbarriers; cp.async only if the caches' strides or "
+           "bases are not 16-byte aligned";
+  return "16-byte cp.async through the block table completing on mbarriers: no TMA boxes, as "
+         "block_size " + std::to_string(block_size) +
+         (block_size % 8 != 0 ? " is not a multiple of 8 (a box starts a 1024-byte swizzle atom)"
+                              : " neither divides the " + std::to_string(tok) +
+                                    "-token tile nor is a multiple of it");
+}
+
 /// What `explain` says about the decode kernel's instance for the problem's head size.
 std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
   const int kvb = decode_mma_kv_bytes(pr);
@@ -202,8 +221,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
            "into two rings of " +
            std::to_string(prefill_ws_stages(h)) + " stages of " +
            std::to_string(prefill_ws_tile_tokens(h)) +
-           " tokens (cp.async completing on mbarriers; independent of block_size " +
-           std::to_string(problem.block_size) +
+           " tokens (" + ws_loader_note(h, problem.block_size) +
            "), two consumer warpgroups of 64 rows " +
            std::string(h < 256 ? "taking turns at the tensor cores (named barriers) so that "
                                  "one's softmax overlaps the other's GEMMs, "

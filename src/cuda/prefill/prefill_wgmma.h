@@ -65,6 +65,17 @@ constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
 inline constexpr int kWsThreads = 384;
 /// KV tokens per stage: as the first version.
 constexpr int prefill_ws_tile_tokens(int head_size) { return prefill_wgmma_tile_tokens(head_size); }
+/// Tokens of one TMA box (one page segment of a key tile) of the warp-specialised kernel for
+/// `block_size`, or 0 when its K/V tiles are gathered by cp.async only: pages must be a multiple
+/// of 8 tokens (each box starts a 1024-byte swizzle atom) and either divide the tile or be a
+/// multiple of it, so that every segment of a tile lies in one page. The launch also needs
+/// 16-byte strides and aligned caches (else it gathers by cp.async).
+constexpr int prefill_ws_tma_box(int head_size, int block_size) {
+  const int tok = prefill_ws_tile_tokens(head_size);
+  if (block_size <= 0 || block_size % 8 != 0) return 0;
+  if (block_size <= tok) return tok % block_size == 0 ? block_size : 0;
+  return block_size % tok == 0 ? tok : 0;
+}
 /// Stages of each of the K and V rings (what fits 227 KB with the query tile).
 constexpr int prefill_ws_stages(int head_size) {
   return head_size <= 64 ? 5 : head_size <= 128 ? 3 : 2;

@@ -44,7 +44,8 @@ struct WgParams {
   // Diagnostics of the warp-specialised kernel only (wrong results; for profiling what limits
   // it), from PAGEDATTN_DEBUG_PREFILL_WS: 1 = no ping-pong between the consumers, 2 = no
   // softmax (raw scores as P), 4 = the producer copies nothing (arrives on the full barriers
-  // at once). 0 in normal use.
+  // at once); 8 = K/V by the cp.async gather only, no TMA boxes (results stay right: an A/B of
+  // the two loaders). 0 in normal use.
   int debug_flags;
 };
 

@@ -2,9 +2,18 @@
 // tiles, swizzled layouts and softmax as prefill_wgmma.cu, with the roles split.
 //
 // CTA = 3 warpgroups. Warpgroup 0 is the producer: it lowers its register budget
-// (setmaxnreg) and gathers, tile after tile, the K and then the V rows of TOK tokens through the
-// block table into ring slots of shared memory with 16-byte cp.async; each thread's copies
-// complete on the slot's "full" mbarrier (cp.async.mbarrier.arrive.noinc: 128 arrivals). K and
+// (setmaxnreg) and fills, tile after tile, the K and then the V rows of TOK tokens through the
+// block table into ring slots of shared memory. Where the page geometry allows it (tma_box > 0:
+// block_size a multiple of 8 that divides TOK or that TOK divides, 16-byte strides) every page
+// segment of a tile that lies wholly inside the rows' key range [kv_lo, kv_hi) is one TMA box
+// per 64 head dims (cp.async.bulk.tensor, one lane per segment, the segments spread over the 4
+// producer warps, completing bytes on
+// the slot's "full" mbarrier; the box lands in the same 128B-swizzled layout the wgmmas read,
+// and a block id outside the cache is outside the tensor map, so it reads as zeros). The other
+// rows (the partial first and last segments, or all of them without TMA) are gathered with
+// 16-byte cp.async and zero-filled outside the range; each thread's copies complete on the
+// same barrier (cp.async.mbarrier.arrive.noinc: 128 arrivals; each warp adds its boxes' bytes
+// with mbarrier.expect_tx before it issues them). K and
 // V have separate rings, so a K slot is free once both consumers' S GEMMs read it and a V slot
 // once their PV GEMMs did ("empty" mbarriers, one arrival per consumer warp: 8).
 // Warpgroups 1 and 2 are the consumers (64 rows each, registers raised): per key tile j they
@@ -16,6 +25,8 @@
 //
 // Visibility: the consumer that observed a full phase (acquire) orders the cp.async writes
 // before its wgmma reads with fence.proxy.async (generic -> async proxy).
+#include <cuda.h>  // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -74,6 +85,21 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// `bytes` more to land on the barrier (by TMA) in its current phase; no arrival.
+__device__ __forceinline__ void mbar_expect_tx(std::uint32_t a, std::uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(a), "r"(bytes)
+               : "memory");
+}
+// A box of the 4-D tensor map `tmap` (dims: head dim, token in block, kv head, block) at the
+// given coordinates into shared memory at `dst`, its bytes completing on barrier `bar`.
+__device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap* tmap, int c0,
+                                            int c1, int c2, int c3, std::uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
 template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -84,8 +110,13 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }
 #endif
 
-template <class T, int HEAD, int TOK, int STAGES>
-__global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParams p) {
+// TMA: whether the producer may issue TMA boxes (tma_box > 0). The cp.async-only instance has
+// none of their bookkeeping, so its registers are those of the gather alone (the TMA instance's
+// per-row range checks cost the head-128 consumer a few spilled words).
+template <class T, int HEAD, int TOK, int STAGES, bool TMA>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    prefill_ws_kernel(const WgParams p, const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v, const int tma_box) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int ROWS = kWgmmaRowsPerCta;
   constexpr int CH = HEAD / 8;       // 16-byte chunks per row
@@ -141,6 +172,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
       mbar_init(empty_k(st), 8);
       mbar_init(empty_v(st), 8);
     }
+    // The initialised barriers visible to the async proxy (TMA's complete_tx) too.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();  // barriers initialised before anyone arrives or waits
   if (tid < 128) {
@@ -155,14 +188,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
     const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
     const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
     const int c = lane % CH;
+    const bool no_copy = (p.debug_flags & 4) != 0;
+    const int box = TMA && !no_copy ? tma_box : 0;
+    if (box > 0 && tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&tm_k)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&tm_v)) : "memory");
+    }
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % STAGES;
       const int use = it / STAGES;
+      const int t0 = start + it * TOK;
+      // Tile rows [r_lo, r_hi) come by TMA: the page segments of `box` tokens wholly inside
+      // [kv_lo, kv_hi) (tiles start at multiples of TOK, so segments are page-aligned).
+      int r_lo = 0, r_hi = 0;
+      if (box > 0) {
+        const int seg_lo = kv_lo > t0 ? (kv_lo - t0 + box - 1) / box : 0;
+        const int seg_hi = kv_hi - t0 >= TOK ? TOK / box : (kv_hi - t0) / box;
+        if (seg_hi > seg_lo) {
+          r_lo = seg_lo * box;
+          r_hi = seg_hi * box;
+        }
+      }
+      // Whether this warp has rows to gather by cp.async (warp-uniform).
+      const bool warp_copies = !no_copy && (pw * RPW < r_lo || (pw + 1) * RPW > r_hi);
       // Lane l < RPW resolves row pw * RPW + l of the tile: block id (-1 = zero-fill: outside
       // [kv_lo, kv_hi), past the block-table row, or a block id outside the cache) and offset.
       int blk = -1, off = 0;
-      if (lane < RPW) {
-        const int t = start + it * TOK + pw * RPW + lane;
+      if (warp_copies && lane < RPW) {
+        const int t = t0 + pw * RPW + lane;
         if (t >= kv_lo && t < kv_hi) {
           const int lb = t / bs;
           const int b = lb < p.bt_width ? bt[static_cast<std::int64_t>(lb) * p.bt_blk] : -1;
@@ -172,6 +225,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
           }
         }
       }
+      const int nseg = (r_hi - r_lo) / (box > 0 ? box : 1);
+      // The 4 producer warps share the segments (warp w: segments j = w, w + 4, ...; lane j / 4),
+      // so their issue, serialised over the lanes of a warp, runs 4-wide. Each lane resolves its
+      // segment for both K and V before the waits so that the block-table read overlaps them
+      // (block id -1 past the block-table row, which the tensor map reads as zeros like any id
+      // outside [0, num_blocks)).
+      const int my_segs = nseg > pw ? (nseg - pw + 3) / 4 : 0;
+      int tma_blk = -1, tma_off = 0;
+      if (lane < my_segs) {
+        const int t = t0 + r_lo + (lane * 4 + pw) * box;
+        const int lb = t / bs;
+        tma_blk = lb < p.bt_width ? bt[static_cast<std::int64_t>(lb) * p.bt_blk] : -1;
+        tma_off = t - lb * bs;
+      }
       auto copy = [&](const T* base, std::int64_t s_blk, std::int64_t s_tok, std::int64_t s_chunk,
                       T* dst) {
 #pragma unroll 4
@@ -179,20 +246,35 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
           const int rl = k * RPP + lane / CH;
           const int b = __shfl_sync(0xffffffffu, blk, rl);
           const int o = __shfl_sync(0xffffffffu, off, rl);
+          const int row = pw * RPW + rl;
+          if (row >= r_lo && row < r_hi) continue;  // this row comes by TMA
           const T* src = b >= 0 ? base + static_cast<std::int64_t>(b) * s_blk +
                                       static_cast<std::int64_t>(o) * s_tok +
                                       static_cast<std::int64_t>(c) * s_chunk
                                 : base;
-          mma::cp_async16(smem_addr(dst + wgmma::tile_off(pw * RPW + rl, c, TOK)), src,
-                          b >= 0 ? 16 : 0);
+          mma::cp_async16(smem_addr(dst + wgmma::tile_off(row, c, TOK)), src, b >= 0 ? 16 : 0);
         }
       };
-      const bool no_copy = (p.debug_flags & 4) != 0;
+      // A warp announces its boxes' bytes before it issues them and before its lanes' cp.async
+      // arrivals, so the phase (128 arrivals and the bytes) cannot complete without them.
+      auto issue_tma = [&](const CUtensorMap* tm, T* dst, std::uint32_t bar) {
+        if (my_segs == 0) return;
+        if (lane == 0) mbar_expect_tx(bar, static_cast<std::uint32_t>(my_segs * box * HEAD * 2));
+        __syncwarp();
+        if (lane < my_segs) {
+          const std::uint32_t d = smem_addr(dst) + (r_lo + (lane * 4 + pw) * box) * 128;
+#pragma unroll
+          for (int cg = 0; cg < HEAD / 64; ++cg)
+            tma_load_4d(d + cg * TOK * 128, tm, cg * 64, tma_off, g, tma_blk, bar);
+        }
+      };
       if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
-      if (!no_copy) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
+      issue_tma(&tm_k, sK + st * TILE, full_k(st));
+      if (warp_copies) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
       if (no_copy) mbar_arrive(full_k(st)); else cp_async_arrive_noinc(full_k(st));
       if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
-      if (!no_copy) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
+      issue_tma(&tm_v, sV + st * TILE, full_v(st));
+      if (warp_copies) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
       if (no_copy) mbar_arrive(full_v(st)); else cp_async_arrive_noinc(full_v(st));
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // exit with nothing in flight
@@ -451,17 +533,76 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(const WgParam
 #endif
 }
 
+// cuTensorMapEncodeTiled from the driver the runtime loaded (no link against libcuda); null
+// when the driver has none.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The 4-D tensor map of one cache (key or value) of 16-bit elements for boxes of 64 head dims x
+// `box` tokens of one block and kv head, 128B-swizzled like the wgmma tiles. Dims, innermost
+// first: head dim (head), token in block (block_size, stride s_tok elements), kv head
+// (num_kv_heads, s_head), block (num_blocks, s_blk). False when the driver refuses it.
+bool encode_cache_map(CUtensorMap* map, const void* base, int head, int block_size,
+                      int num_kv_heads, std::int64_t num_blocks, std::int64_t s_tok,
+                      std::int64_t s_head, std::int64_t s_blk, int box) {
+  const PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+  if (enc == nullptr) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head), static_cast<cuuint64_t>(block_size),
+                              static_cast<cuuint64_t>(num_kv_heads),
+                              static_cast<cuuint64_t>(num_blocks)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s_tok) * 2,
+                                 static_cast<cuuint64_t>(s_head) * 2,
+                                 static_cast<cuuint64_t>(s_blk) * 2};
+  const cuuint32_t boxdim[4] = {64, static_cast<cuuint32_t>(box), 1, 1};
+  const cuuint32_t estr[4] = {1, 1, 1, 1};
+  return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(base), dims, strides,
+             boxdim, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Whether the caches of `p` can be read by TMA boxes: head dims contiguous (chunk stride 8),
+// 16-byte aligned bases and byte strides below 2^40, block ids in int32 coordinates.
+bool tma_strides_ok(const WgParams& p) {
+  auto ok16 = [](std::int64_t elems) {
+    return elems > 0 && (elems * 2) % 16 == 0 && elems * 2 < (std::int64_t{1} << 40);
+  };
+  auto aligned = [](const void* a) { return reinterpret_cast<std::uintptr_t>(a) % 16 == 0; };
+  return p.k_chunk == 8 && p.v_chunk == 8 && aligned(p.k) && aligned(p.v) && ok16(p.k_tok) &&
+         ok16(p.k_head) && ok16(p.k_blk) && ok16(p.v_tok) && ok16(p.v_head) && ok16(p.v_blk) &&
+         p.num_blocks <= INT32_MAX;
+}
+
 template <class T, int HEAD>
 Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
   constexpr int TOK = prefill_ws_tile_tokens(HEAD);
   constexpr int STAGES = prefill_ws_stages(HEAD);
-  auto kernel = prefill_ws_kernel<T, HEAD, TOK, STAGES>;
+  // TMA boxes where the geometry allows (diagnostic bit 8 keeps the cp.async gather for an A/B).
+  CUtensorMap tm_k{}, tm_v{};
+  int box = (p.debug_flags & 8) != 0 ? 0 : prefill_ws_tma_box(HEAD, p.block_size);
+  if (box > 0 && (!tma_strides_ok(p) ||
+                  !encode_cache_map(&tm_k, p.k, HEAD, p.block_size, num_kv_heads, p.num_blocks,
+                                    p.k_tok, p.k_head, p.k_blk, box) ||
+                  !encode_cache_map(&tm_v, p.v, HEAD, p.block_size, num_kv_heads, p.num_blocks,
+                                    p.v_tok, p.v_head, p.v_blk, box)))
+    box = 0;
+  auto kernel = box > 0 ? prefill_ws_kernel<T, HEAD, TOK, STAGES, true>
+                        : prefill_ws_kernel<T, HEAD, TOK, STAGES, false>;
   const int smem = static_cast<int>(prefill_ws_smem_bytes(HEAD, TOK, STAGES));
   // Per function and device, not a stream operation: legal during graph capture.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                  "prefill_wgmma_ws: cudaFuncSetAttribute");
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(num_kv_heads));
-  kernel<<<grid, kWsThreads, smem, stream>>>(p);
+  kernel<<<grid, kWsThreads, smem, stream>>>(p, tm_k, tm_v, box);
   PA_CUDA_RETURN(cudaGetLastError(), "prefill_wgmma_ws: kernel launch");
   return Status::Ok();
 }
@@ -474,7 +615,7 @@ Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64
   // Diagnostics only (see WgParams::debug_flags): read once per process.
   static const int debug_flags = [] {
     const char* e = std::getenv("PAGEDATTN_DEBUG_PREFILL_WS");
-    return e != nullptr ? std::atoi(e) & 7 : 0;
+    return e != nullptr ? std::atoi(e) & 15 : 0;
   }();
   WgParams p = params;
   p.debug_flags = debug_flags;
