@@ -18,8 +18,9 @@
 // once their PV GEMMs did ("empty" mbarriers, one arrival per consumer warp: 8).
 // Warpgroups 1 and 2 are the consumers (64 rows each, registers raised): per key tile j they
 // wait for K_j (and V_{j-1}), then, in turn with the other consumer (named barriers 1 and 2),
-// issue O += P_{j-1} V_{j-1} and S_j = Q K_j^T as one wgmma group, hand the turn over, wait
-// for the group, and compute the softmax of S_j while the other consumer's GEMMs run. A
+// issue S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two wgmma groups, hand the turn over, wait
+// for the first and compute the softmax of S_j while their own PV and the other consumer's
+// GEMMs run; O is rescaled and P_j packed once the PV group completed. A
 // final turn issues the last PV. Phases: slot s of use u (tile u * STAGES + s) completes full
 // phase u; the producer waits for empty phase u - 1 before refilling it.
 //
@@ -111,8 +112,9 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #endif
 
 // TMA: whether the producer may issue TMA boxes (tma_box > 0). The cp.async-only instance has
-// none of their bookkeeping, so its registers are those of the gather alone (the TMA instance's
-// per-row range checks cost the head-128 consumer a few spilled words).
+// none of their bookkeeping, so its registers are those of the gather alone. The consumers
+// keep P_{j-1} live through the softmax of S_j (the overlap), which costs head 128 a few
+// spilled words (measured: still as fast as without the overlap, and head 256 13% faster).
 template <class T, int HEAD, int TOK, int STAGES, bool TMA>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_ws_kernel(const WgParams p, const __grid_constant__ CUtensorMap tm_k,
@@ -202,8 +204,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // [kv_lo, kv_hi) (tiles start at multiples of TOK, so segments are page-aligned).
       int r_lo = 0, r_hi = 0;
       if (box > 0) {
-        const int seg_lo = kv_lo > t0 ? (kv_lo - t0 + box - 1) / box : 0;
-        const int seg_hi = kv_hi - t0 >= TOK ? TOK / box : (kv_hi - t0) / box;
+        const int bx = TMA ? box : 1;  // (the cp.async-only instance never gets here)
+        const int seg_lo = kv_lo > t0 ? (kv_lo - t0 + bx - 1) / bx : 0;
+        const int seg_hi = kv_hi - t0 >= TOK ? TOK / bx : (kv_hi - t0) / bx;
         if (seg_hi > seg_lo) {
           r_lo = seg_lo * box;
           r_hi = seg_hi * box;
@@ -365,9 +368,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     for (int kk = 0; kk < PSTEPS; ++kk)
       wgmma::rs<T, HEAD, 1>(o, a[kk], wgmma::desc(v_addr + kk * 2048, TOK * 128, 1024), 1);
   };
-  // Softmax of the S accumulators of the tile at key t0 into a[] (MASK: causal / window per
-  // element; a tile no row of the warpgroup sees gives P = 0 and leaves the state alone).
-  auto softmax = [&](int t0, auto mask_tag) {
+  // Softmax of the S accumulators of the tile at key t0: P (fp32) in place of S, the running
+  // max and sum updated, and in corr the factor O must be rescaled by (MASK: causal / window
+  // per element; a tile no row of the warpgroup sees gives P = 0 and leaves the state alone).
+  // It touches neither O nor a[], so it runs while the previous tile's PV GEMM is in flight.
+  auto softmax = [&](int t0, auto mask_tag, float (&corr)[2]) {
     constexpr bool MASK = decltype(mask_tag)::value;
     // Plain scores (no softcap, no ALiBi, scale > 0): the maximum of the raw scores, scaled
     // once, and exp2(s * scale - base) as one FMA per element; otherwise the logits first.
@@ -398,7 +403,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mx[h] = fmaxf(mx[h], z);
       }
     }
-    float corr[2], base[2];
+    float base[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
@@ -419,6 +424,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
 #pragma unroll
     for (int h = 0; h < 2; ++h) l_run[h] = l_run[h] * corr[h] + ps[h];
+  };
+  // Once the previous PV GEMM completed: O rescaled and P packed into a[] (the next PV's A).
+  auto finish = [&](const float (&corr)[2]) {
 #pragma unroll
     for (int i = 0; i < HEAD / 2; ++i) o[i] *= corr[(i >> 1) & 1];
 #pragma unroll
@@ -429,12 +437,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       a[kk][3] = mma::pack2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
   };
-  auto softmax_tile = [&](int it) {
-    if (p.debug_flags & 2) {  // diagnostics: the GEMMs and loads without the softmax
-#pragma unroll
-      for (int kk = 0; kk < PSTEPS; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) a[kk][e] = mma::pack2<T>(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+  auto softmax_tile = [&](int it, float (&corr)[2]) {
+    if (p.debug_flags & 2) {  // diagnostics: the GEMMs and loads without the softmax (raw S as P)
+      corr[0] = corr[1] = 1.f;
       return;
     }
     const int t0 = start + it * TOK;
@@ -444,9 +449,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const bool full = wrow0 < nvalid && t_last <= wg_qlo &&
                       (p.window <= 0 || std::int64_t{t0} >= std::int64_t{wg_qhi} - p.window + 1);
     if (full)
-      softmax(t0, std::false_type{});
+      softmax(t0, std::false_type{}, corr);
     else
-      softmax(t0, std::true_type{});
+      softmax(t0, std::true_type{}, corr);
   };
   // Release this warp's hold on a slot (one arrival per warp; the warpgroup's wgmma group
   // that read it has completed).
@@ -468,7 +473,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     wgmma::wait<0>();
     wgmma::fence_operand(sc);
     release(empty_k(0));
-    softmax_tile(0);
+    {
+      float corr[2];
+      softmax_tile(0, corr);
+      finish(corr);
+    }
+    // Per tile: S_j and then PV_{j-1} as two wgmma groups; the softmax of S_j runs once the
+    // first completes, overlapping the second (its O and P operands untouched until it did).
     for (int it = 1; it < ntiles; ++it) {
       const int st = it % STAGES, pst = (it - 1) % STAGES;
       mbar_wait(full_k(st), (it / STAGES) & 1);
@@ -477,16 +488,25 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       turn_sync();
       wgmma::fence_operand(o);
       wgmma::fence();
-      issue_pv(pst);
       issue_s(st);
       wgmma::commit();
+      issue_pv(pst);
+      wgmma::commit();
       turn_arrive(other_turn);
-      wgmma::wait<0>();
-      wgmma::fence_operand(o);
+      wgmma::wait<1>();
       wgmma::fence_operand(sc);
       release(empty_k(st));
+      float corr[2];
+      softmax_tile(it, corr);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      // a[] live until here: the in-flight PV read it, so its registers must not be reused.
+#pragma unroll
+      for (int kk = 0; kk < PSTEPS; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
       release(empty_v(pst));
-      softmax_tile(it);
+      finish(corr);
     }
     // the last PV
     const int pst = (ntiles - 1) % STAGES;
