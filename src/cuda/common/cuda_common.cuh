@@ -226,6 +226,16 @@ inline cudaLaunchConfig_t x_cluster_config(dim3 grid, unsigned threads, std::siz
 /// that later rescales it may be anything finite.
 __device__ __forceinline__ float softmax_base(float m) { return m == -INFINITY ? 0.f : m; }
 
+/// 2^x with flush-to-zero: one MUFU.EX2 (2^-inf = 0), where exp2f without --use_fast_math
+/// adds the denormal range's scaling around it. The kernels keep scores in log2 units (scale *
+/// log2(e) folded into one multiply), as FlashAttention-2 does; a probability below 2^-126
+/// becomes 0, far below what a row sum of at least 1 (its maximum's 2^0) can resolve.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll

@@ -13,6 +13,7 @@
 
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/common/fast_div.h"
+#include "src/cuda/common/mbarrier.cuh"
 #include "src/cuda/common/mma_common.cuh"
 #include "src/cuda/decode/decode_split.h"
 
@@ -79,13 +80,7 @@ struct DecodeParams {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-/// 2^x with flush-to-zero (one MUFU.EX2; 2^-inf = 0). The kernel keeps scores in log2 units
-/// (scale * log2(e) folded into one multiply), as FlashAttention-2 does.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// (ex2, the flush-to-zero 2^x of the softmax: cuda_common.cuh.)
 
 /// Split `split` of a decode sequence with `len` keys (decode_split.h).
 __device__ __forceinline__ bool split_range(const DecodeParams& p, int len, int split,
@@ -269,14 +264,7 @@ __device__ __forceinline__ unsigned cluster_rank() {
 // (st.async, which signals the destination's mbarrier with the bytes it wrote), so a CTA waits
 // only for its own inputs to land: no cluster-wide barrier between the partials and the merge
 // and none at the end (a CTA exits once it has received everything; nobody reads its memory).
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-/// One arrival that also expects `bytes` of asynchronous writes in the current phase.
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
+// (mbar_init and mbar_arrive_expect_tx: mbarrier.cuh.)
 /// Wait for phase `parity` of the barrier; acquire at cluster scope pairs with the release of
 /// the remote writers' complete-tx.
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
