@@ -99,6 +99,16 @@ std::vector<CaseConfig> wgmma_cases() {
   add(wcase(hnd, 64, f16, 32, 8, 32, {{1, 1}, {64, 64}, {65, 65}, {500, 200}, {3, 3}},
             "h64_edges"));
   add(wcase(nhd, 64, b16, 8, 4, 16, {{600, 600}}, "h64_gqa2_600"));
+  // Head 64 (no turn-taking between its consumers): rows that end inside a consumer (144),
+  // on the edges of 64-row consumers and 192-row spans, 3 rows past them, and a window that
+  // starts key ranges mid-page.
+  add(wcase(nhd, 64, b16, 12, 4, 16, {{48, 48}, {64, 64}, {65, 65}, {100, 97}, {400, 129}},
+            "h64_cta192"));
+  {
+    CaseConfig c = wcase(hnd, 64, f16, 8, 8, 64, {{900, 250}, {70, 70}, {193, 193}}, "h64_window");
+    c.sliding_window = 100;
+    add(c);
+  }
   add(wcase(nhd, 128, b16, 8, 2, 16, {{4100, 40}, {2048, 130}}, "ctx4100"));
   add(wcase(hnd, 128, f16, 8, 2, 128, {{3000, 1}, {2500, 70}, {129, 128}}, "bs128"));
   add(wcase(nhd, 64, f16, 8, 2, 17, {{700, 111}, {18, 18}}, "bs17"));
@@ -244,6 +254,8 @@ std::vector<CaseConfig> sanitize_cases() {
   add(wcase(KVLayout::kHND, 256, f16, 8, 8, 32, {{100, 65}, {2, 1}}, "san"));
   // Enough key tiles (8 and 6) that every ring slot is refilled: the mbarrier phases wrap.
   add(wcase(KVLayout::kNHD, 128, b16, 8, 2, 16, {{1000, 40}, {700, 1}}, "san_long"));
+  // Head 64: its 5 stages of 128 keys wrap after 640 keys; 2 CTAs for 200 rows.
+  add(wcase(KVLayout::kNHD, 64, b16, 8, 8, 16, {{1300, 200}, {600, 1}}, "san_long"));
   return v;
 }
 

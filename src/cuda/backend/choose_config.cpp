@@ -223,10 +223,12 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
            std::to_string(prefill_ws_tile_tokens(h)) +
            " tokens (" + ws_loader_note(h, problem.block_size) +
            "), two consumer warpgroups of 64 rows " +
-           std::string(h < 256 ? "taking turns at the tensor cores (named barriers) so that "
-                                 "one's softmax overlaps the other's GEMMs, "
-                               : "(no turn-taking for head 256: its 2-stage rings make the "
-                                 "turns wait on loads), ") +
+           std::string(h == 128 ? "taking turns at the tensor cores (named barriers) so that "
+                                  "one's softmax overlaps the other's GEMMs, "
+                       : h == 64 ? "(no turn-taking for head 64: its GEMMs are too short for "
+                                   "the hand-over to pay), "
+                                 : "(no turn-taking for head 256: its 2-stage rings make the "
+                                   "turns wait on loads), ") +
            std::to_string(prefill_ws_smem_bytes(h)) +
            " bytes of shared memory, no KV split (PlanOptions::wgmma_prefill_v1 selects the "
            "first version); ";
