@@ -167,6 +167,18 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
   // explain names the producer's loader: TMA boxes of a 16-token page, cp.async for pages
   // that are no box.
   EXPECT_NE(c->reason.find("TMA boxes of 16 tokens"), std::string::npos) << c->reason;
+  // explain says which heads take turns at the tensor cores (head 128 only).
+  EXPECT_NE(c->reason.find("taking turns at the tensor cores"), std::string::npos) << c->reason;
+  for (int head : {64, 256}) {
+    ProblemDesc q = chunk_problem();
+    q.head_size = head;
+    auto cq = select_kernel(q, info);
+    ASSERT_TRUE(cq.ok());
+    ASSERT_TRUE(cq->prefill_rows_wgmma_ws) << cq->reason;
+    EXPECT_NE(cq->reason.find("no turn-taking for head " + std::to_string(head)),
+              std::string::npos)
+        << cq->reason;
+  }
   for (int bs : {12, 24}) {
     ProblemDesc q = chunk_problem();
     q.block_size = bs;
