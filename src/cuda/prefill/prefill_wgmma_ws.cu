@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 
 #include "src/cuda/common/cache_index.h"
 #include "src/cuda/common/cuda_common.cuh"
@@ -585,26 +586,32 @@ bool encode_cache_map(CUtensorMap* map, const CacheMapKey& k) {
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// encode_cache_map through the last few maps this thread encoded: the encode is a driver call
-// on every launch's host path, and an engine launches on the same caches step after step.
-// The map is a pure function of the key, so a hit is exact.
+// encode_cache_map through the maps this thread encoded before: the encode is a driver call
+// on every launch's host path, and an engine launches on the same caches step after step, one
+// pair per layer when each layer has its own cache (a 4-entry round robin never hit with more
+// than two layers). The map is a pure function of the key, so a hit is exact; the table is
+// emptied when it reaches kMaxEntries (caches reallocated many times), so it stays bounded.
 bool cached_cache_map(CUtensorMap* map, const CacheMapKey& k) {
-  struct Entry {
-    CacheMapKey key;
-    CUtensorMap map;
-    bool valid;
-  };
-  constexpr int kEntries = 4;  // K and V of two caches (e.g. two layers' pools)
-  thread_local Entry entries[kEntries] = {};
-  thread_local int next = 0;
-  for (const Entry& e : entries)
-    if (e.valid && e.key == k) {
-      *map = e.map;
-      return true;
+  struct KeyHash {
+    std::size_t operator()(const CacheMapKey& c) const {
+      std::uint64_t h = reinterpret_cast<std::uintptr_t>(c.base);
+      for (std::int64_t v : {c.num_blocks, c.s_tok, c.s_head, c.s_blk,
+                             std::int64_t{c.head} << 32 | std::uint32_t(c.block_size),
+                             std::int64_t{c.num_kv_heads} << 32 | std::uint32_t(c.box)})
+        h = (h ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ULL;
+      return static_cast<std::size_t>(h ^ (h >> 29));
     }
+  };
+  constexpr std::size_t kMaxEntries = 1024;
+  thread_local std::unordered_map<CacheMapKey, CUtensorMap, KeyHash> maps;
+  const auto it = maps.find(k);
+  if (it != maps.end()) {
+    *map = it->second;
+    return true;
+  }
   if (!encode_cache_map(map, k)) return false;
-  entries[next] = Entry{k, *map, true};
-  next = (next + 1) % kEntries;
+  if (maps.size() >= kMaxEntries) maps.clear();
+  maps.emplace(k, *map);
   return true;
 }
 
