@@ -164,6 +164,10 @@ std::vector<Workload> prefill_workloads(KVLayout layout) {
   add("P-chunks-8k-h256", "4 x 2048 chunks ending 8192, head 256, block 16", 256, 16,
       true);
   add("P-fresh-8k-h256", "1 x 8192 fresh causal, head 256, block 16", 256, 16, false);
+  // Heads without an instance of their own (masked on the next larger one on Hopper).
+  add("P-chunks-8k-h80", "4 x 2048 chunks ending 8192, head 80, block 16", 80, 16, true);
+  add("P-chunks-8k-h96", "4 x 2048 chunks ending 8192, head 96, block 16", 96, 16, true);
+  add("P-chunks-8k-h192", "4 x 2048 chunks ending 8192, head 192, block 16", 192, 16, true);
   return out;
 }
 

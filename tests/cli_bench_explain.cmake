@@ -52,6 +52,14 @@ add_test(NAME cli_explain_mixed_batch_top_line_says_what_runs
                  echo \"$out\" | grep -q '^kernel *prefill rows: cuda_prefill_wgmma_ws (one call' &&
                  ! echo \"$out\" | grep -q '^kernel .*decode rows'"
           $<TARGET_FILE:pagedattn_cli>)
+# A head without an instance of its own runs masked on the next larger one (head 96 on the
+# head-128 instance of the Hopper prefill kernel), and explain says so.
+add_test(NAME cli_explain_masked_prefill_head
+  COMMAND sh -c "out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 96 --dtype bf16 --seq-lens 4096,2048 --query-lens 512,512); r=$?;
+                 echo \"$out\"; test $r -eq 0 &&
+                 echo \"$out\" | grep -q '^kernel *prefill rows: cuda_prefill_wgmma_ws (one call' &&
+                 echo \"$out\" | grep -q 'the head-128 instance with head 96 masked on it'"
+          $<TARGET_FILE:pagedattn_cli>)
 # Usage errors: an unknown preset, a --device that contradicts the preset.
 add_test(NAME cli_explain_assume_device_usage_errors
   COMMAND sh -c "err=$(\"$0\" explain --assume-device h300 2>&1); r=$?; echo \"$err\";

@@ -130,8 +130,9 @@ struct KernelChoice {
   bool prefill_rows_mma = false;
   /// The rows prefill_rows_mma describes (it is then true too) run on the Hopper (compute
   /// capability 9.0) prefill kernel instead: wgmma with 128 (token, head) rows per CTA in two
-  /// warpgroups, fp16/bf16, head_size 64, 128 or 256, nhd/hnd layouts, every score modifier
-  /// (src/cuda/prefill/prefill_wgmma.h); same fallbacks.
+  /// warpgroups, fp16/bf16, head_size 64, 128 or 256 (the warp-specialised version also every
+  /// other multiple of 8 up to 256, masked on the next larger of them), nhd/hnd layouts, every
+  /// score modifier (src/cuda/prefill/prefill_wgmma.h); same fallbacks.
   bool prefill_rows_wgmma = false;
   /// prefill_rows_wgmma runs the warp-specialised version (a producer warpgroup filling
   /// mbarrier-guarded K/V rings, two consumer warpgroups taking turns at the tensor cores);

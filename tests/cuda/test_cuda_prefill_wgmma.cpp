@@ -229,6 +229,43 @@ std::vector<CaseConfig> wgmma_cases() {
     }
     add(c);
   }
+  // ---- masked heads (prefill_ws_instance_head): every other multiple of 8 up to 256 on the
+  // next larger instance, dims past the head zero in shared memory and never stored: TMA boxes
+  // whose dims past the tensor map's head read as zeros (a whole 64-dim box past it for head
+  // 136), cp.async zero-filling the chunks past it (block 24, no box), heads below a box's 64
+  // dims (8, 40), multiples of 8 that are not of 16 (72, 200), padded pages and strided rows
+  // (the next head's or the page pad's elements follow the head in memory), every feature.
+  add(wcase(nhd, 80, b16, 32, 8, 16, {{2, 2}, {300, 130}, {700, 65}, {20, 1}}, "h80"));
+  {
+    CaseConfig c = wcase(hnd, 96, f16, 16, 4, 32, {{129, 129}, {500, 200}}, "h96_window");
+    c.sliding_window = 150;
+    add(c);
+  }
+  add(wcase(nhd, 112, b16, 8, 2, 64, {{900, 300}, {65, 2}}, "h112_bs64"));
+  add(wcase(hnd, 72, f16, 8, 8, 16, {{200, 140}, {33, 33}}, "h72"));
+  add(wcase(nhd, 40, b16, 8, 2, 16, {{300, 200}, {5, 3}}, "h40"));
+  add(wcase(hnd, 8, f16, 8, 8, 16, {{70, 33}, {129, 129}}, "h8"));
+  add(wcase(nhd, 136, f16, 4, 4, 128, {{700, 130}, {129, 129}}, "h136"));
+  add(wcase(nhd, 200, b16, 8, 2, 24, {{300, 100}, {49, 49}}, "h200_bs24_no_tma"));
+  {
+    CaseConfig c = wcase(nhd, 192, b16, 16, 4, 16, {{500, 165}, {130, 2}}, "h192_allfeat");
+    c.sliding_window = 200;
+    c.softcap = 30.0f;
+    c.alibi = true;
+    c.sinks = true;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(nhd, 80, f16, 16, 4, 16, {{150, 120}, {33, 33}}, "h80_padded");
+    c.page_pad = 32;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(hnd, 96, b16, 8, 2, 16, {{30, 2}, {164, 140}}, "h96_strided");
+    c.token_pad = 24;
+    c.head_pad = 8;
+    add(c);
+  }
   return v;
 }
 
@@ -256,6 +293,11 @@ std::vector<CaseConfig> sanitize_cases() {
   add(wcase(KVLayout::kNHD, 128, b16, 8, 2, 16, {{1000, 40}, {700, 1}}, "san_long"));
   // Head 64: its 5 stages of 128 keys wrap after 640 keys; 2 CTAs for 200 rows.
   add(wcase(KVLayout::kNHD, 64, b16, 8, 8, 16, {{1300, 200}, {600, 1}}, "san_long"));
+  // Masked heads: TMA boxes past the head (80 on 128, 136 on 256) and the cp.async gather past
+  // it (block 24), for memcheck's out-of-bounds reads past the cache rows.
+  add(wcase(KVLayout::kNHD, 80, b16, 16, 4, 16, {{300, 130}, {3, 2}}, "san_h80"));
+  add(wcase(KVLayout::kHND, 136, f16, 8, 8, 32, {{200, 65}, {2, 2}}, "san_h136"));
+  add(wcase(KVLayout::kNHD, 96, f16, 8, 2, 24, {{250, 70}, {9, 9}}, "san_h96_bs24"));
   return v;
 }
 
@@ -293,7 +335,9 @@ INSTANTIATE_TEST_SUITE_P(SanitizePrefillWgmma, SanitizePrefillWgmma,
 // The first version (PlanOptions::wgmma_prefill_v1), kept as the fallback and for A/B
 // benchmarks: the sanitizer cases and a few of the matrix, every instantiation.
 std::vector<CaseConfig> v1_cases() {
-  std::vector<CaseConfig> v = sanitize_cases();
+  std::vector<CaseConfig> v;
+  for (const CaseConfig& c : sanitize_cases())  // the first version has no masked heads
+    if (c.head_size == 64 || c.head_size == 128 || c.head_size == 256) v.push_back(c);
   for (const CaseConfig& c : wgmma_cases())
     if (c.tag == "pwg_edges_ctx" || c.tag == "pwg_h256_window" || c.tag == "pwg_gqa5" ||
         c.tag == "pwg_bs1_mqa8")

@@ -198,8 +198,11 @@ TEST(PrefillMmaSelect, SelectKernelExplainsWhyNot) {
     cases.push_back(c);
   }
   {
+    // Head 96 runs masked on the Hopper kernel's head-128 instance; without it, prefill_mma
+    // (heads 64 and 128 only) says why not.
     Case c{"head 96", mixed_problem(), {}, "head_size is not 64 or 128"};
     c.problem.head_size = 96;
+    c.options.no_wgmma_prefill = true;
     cases.push_back(c);
   }
   {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
@@ -85,10 +86,40 @@ TEST(PrefillWgmmaSelect, RejectsWithReason) {
   p = chunk_problem(); p.batch.num_prefill_seqs = 0; check(p, h200, "no prefill chunks");
   p = chunk_problem(); p.q_dtype = p.cache_dtype = DType::kFloat32; check(p, h200, "fp16/bf16");
   p = chunk_problem(); p.cache_dtype = DType::kFloat8E4M3; check(p, h200, "cache dtype differs");
-  p = chunk_problem(); p.head_size = 192; check(p, h200, "head_size");
-  p = chunk_problem(); p.head_size = 96; check(p, h200, "head_size");
+  // Warp-specialised: every multiple of 8 up to 256 (masked heads); the first version: 64, 128
+  // and 256 only.
+  for (int head : {4, 12, 100, 252, 264, 512}) {
+    p = chunk_problem();
+    p.head_size = head;
+    check(p, h200, "not a multiple of 8 up to 256");
+  }
+  for (int head : {8, 80, 96, 192, 248}) {
+    p = chunk_problem();
+    p.head_size = head;
+    std::string why;
+    EXPECT_TRUE(prefill_wgmma_supported(p, h200, &why)) << head << ": " << why;
+    EXPECT_FALSE(prefill_wgmma_supported(p, h200, &why, /*warp_specialized=*/false)) << head;
+    EXPECT_NE(why.find("the first version has no masked heads"), std::string::npos) << why;
+  }
   p = chunk_problem(); p.layout = KVLayout::kSplit; check(p, h200, "split layout");
   p = chunk_problem(); p.num_kv_heads = 70000; p.num_heads = 70000; check(p, h200, "65535");
+}
+
+TEST(PrefillWgmmaSelect, MaskedHeadsRunOnTheNextLargerInstance) {
+  EXPECT_EQ(prefill_ws_instance_head(64), 64);
+  EXPECT_EQ(prefill_ws_instance_head(128), 128);
+  EXPECT_EQ(prefill_ws_instance_head(256), 256);
+  for (int head = -8; head <= 520; ++head) {
+    const int inst = prefill_ws_instance_head(head);
+    if (head <= 0 || head % 8 != 0 || head > 256) {
+      EXPECT_EQ(inst, 0) << head;
+      continue;
+    }
+    // The smallest instance that holds the head (the GEMMs' extra dims are zeros).
+    EXPECT_GE(inst, head);
+    EXPECT_TRUE(inst == 64 || inst == 128 || inst == 256) << head;
+    EXPECT_TRUE(inst == 64 || head > inst / 2) << head << " -> " << inst;
+  }
 }
 
 TEST(PrefillWgmmaSelect, SharedMemoryFitsOneCtaPerSm) {
@@ -178,6 +209,25 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
     EXPECT_NE(cq->reason.find("no turn-taking for head " + std::to_string(head)),
               std::string::npos)
         << cq->reason;
+  }
+  // Masked heads: explain names the instance and the masking; exact heads say nothing of it.
+  EXPECT_EQ(c->reason.find("masked on it"), std::string::npos) << c->reason;
+  for (auto [head, inst] : {std::pair{80, 128}, {96, 128}, {112, 128}, {40, 64}, {192, 256}}) {
+    ProblemDesc q = chunk_problem();
+    q.head_size = head;
+    auto cq = select_kernel(q, info);
+    ASSERT_TRUE(cq.ok());
+    EXPECT_TRUE(cq->prefill_rows_wgmma_ws) << cq->reason;
+    EXPECT_NE(cq->reason.find("the head-" + std::to_string(inst) + " instance with head " +
+                              std::to_string(head) + " masked on it"),
+              std::string::npos)
+        << cq->reason;
+    // The first version has no masked heads: prefill_mma (heads 64/128) or the tiled kernel.
+    PlanOptions v1;
+    v1.wgmma_prefill_v1 = true;
+    auto c1 = select_kernel(q, info, v1);
+    ASSERT_TRUE(c1.ok());
+    EXPECT_FALSE(c1->prefill_rows_wgmma) << c1->reason;
   }
   for (int bs : {12, 24}) {
     ProblemDesc q = chunk_problem();

@@ -184,7 +184,8 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     else if (options.no_wgmma_prefill)
       why_wgmma = "no_wgmma_prefill set";
     else
-      wgmma = prefill_wgmma_supported(problem, device_info, &why_wgmma);
+      wgmma = prefill_wgmma_supported(problem, device_info, &why_wgmma,
+                                      !options.wgmma_prefill_v1);
   }
   // The split merge would also visit decode rows; and a tiled kernel that is only the
   // fallback of the prefill kernel should not size the workspace for splits.
@@ -217,19 +218,27 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     " flattened into them, wgmma m64nNk16 for QK^T (both operands in shared "
                     "memory) and PV (P in registers), fp32 accumulation, ";
     if (c->prefill_rows_wgmma_ws) {
+      const int inst = prefill_ws_instance_head(h);
+      if (inst != h)
+        r += "the head-" + std::to_string(inst) + " instance with head " + std::to_string(h) +
+             " masked on it (the query's and the cache's dims past " + std::to_string(h) +
+             " are zero in shared memory: cp.async zero-fills the chunks past the head and a "
+             "TMA box's dims past the tensor map's head dim read as zeros, so the GEMMs do " +
+             std::to_string(inst) + "/" + std::to_string(h) +
+             " of the head's work and only its dims are stored), ";
       r += "one producer warpgroup (setmaxnreg down) gathering K and V through the block table "
            "into two rings of " +
-           std::to_string(prefill_ws_stages(h)) + " stages of " +
-           std::to_string(prefill_ws_tile_tokens(h)) +
-           " tokens (" + ws_loader_note(h, problem.block_size) +
+           std::to_string(prefill_ws_stages(inst)) + " stages of " +
+           std::to_string(prefill_ws_tile_tokens(inst)) +
+           " tokens (" + ws_loader_note(inst, problem.block_size) +
            "), two consumer warpgroups of 64 rows " +
-           std::string(h == 128 ? "taking turns at the tensor cores (named barriers) so that "
-                                  "one's softmax overlaps the other's GEMMs, "
-                       : h == 64 ? "(no turn-taking for head 64: its GEMMs are too short for "
-                                   "the hand-over to pay), "
-                                 : "(no turn-taking for head 256: its 2-stage rings make the "
-                                   "turns wait on loads), ") +
-           std::to_string(prefill_ws_smem_bytes(h)) +
+           std::string(inst == 128 ? "taking turns at the tensor cores (named barriers) so "
+                                     "that one's softmax overlaps the other's GEMMs, "
+                       : inst == 64 ? "(no turn-taking for head 64: its GEMMs are too short "
+                                      "for the hand-over to pay), "
+                                    : "(no turn-taking for head 256: its 2-stage rings make "
+                                      "the turns wait on loads), ") +
+           std::to_string(prefill_ws_smem_bytes(inst)) +
            " bytes of shared memory, no KV split (PlanOptions::wgmma_prefill_v1 selects the "
            "first version); ";
     } else {

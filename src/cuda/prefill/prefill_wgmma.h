@@ -65,6 +65,18 @@ constexpr std::int64_t prefill_wgmma_smem_bytes(int head_size) {
 inline constexpr int kWsThreads = 384;
 /// KV tokens per stage: as the first version.
 constexpr int prefill_ws_tile_tokens(int head_size) { return prefill_wgmma_tile_tokens(head_size); }
+/// The head size of the warp-specialised instance that runs a problem of `head_size` (0:
+/// none). 64, 128 and 256 run on their own instance; every other multiple of 8 up to 256 runs
+/// masked on the next larger of them: the query's and the cache's dims past head_size are zero
+/// in shared memory (the cache rows are read only up to the head: cp.async zero-fills the
+/// chunks past it, and a TMA box's dims past the tensor map's head dim read as zeros), so the
+/// k-steps past the head add zeros to S and the PV columns past it are 0 and not stored. The
+/// GEMMs then do instance / head_size times the head's work; the rest of the kernel is the
+/// instance's.
+constexpr int prefill_ws_instance_head(int head_size) {
+  if (head_size <= 0 || head_size % 8 != 0 || head_size > 256) return 0;
+  return head_size <= 64 ? 64 : head_size <= 128 ? 128 : 256;
+}
 /// Tokens of one TMA box (one page segment of a key tile) of the warp-specialised kernel for
 /// `block_size`, or 0 when its K/V tiles are gathered by cp.async only: pages must be a multiple
 /// of 8 tokens (each box starts a 1024-byte swizzle atom) and either divide the tile or be a
@@ -95,13 +107,15 @@ constexpr std::int64_t prefill_ws_smem_bytes(int head_size) {
 /// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
 /// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
 /// compute capability 9.0 (the kernel is built for sm_90a only), at least one prefill chunk,
-/// query and cache fp16 or bf16 of one dtype, head_size 64, 128 or 256, the nhd or hnd layout
-/// (split: not implemented here yet, prefill_mma takes it), num_kv_heads <= 65535 and the
-/// shared memory of prefill_wgmma_smem_bytes. Every GQA ratio, block size, window, softcap,
-/// ALiBi, sinks and LSE output. Stride and pointer alignment: as prefill_mma
-/// (prefill_mma_aligned_strides at plan time, prefill_mma_aligned at run time).
+/// query and cache fp16 or bf16 of one dtype, a head_size with an instance (warp-specialised:
+/// every multiple of 8 up to 256, prefill_ws_instance_head; `warp_specialized` false, the first
+/// version: 64, 128 or 256 only), the nhd or hnd layout (split: not implemented here yet,
+/// prefill_mma takes it), num_kv_heads <= 65535 and the version's shared memory
+/// (prefill_ws_smem_bytes of the instance, or prefill_wgmma_smem_bytes). Every GQA ratio,
+/// block size, window, softcap, ALiBi, sinks and LSE output. Stride and pointer alignment: as
+/// prefill_mma (prefill_mma_aligned_strides at plan time, prefill_mma_aligned at run time).
 inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& device,
-                                    std::string* why_not) {
+                                    std::string* why_not, bool warp_specialized = true) {
   auto no = [&](std::string why) {
     if (why_not) *why_not = std::move(why);
     return false;
@@ -114,12 +128,16 @@ inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& dev
   if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
     return no("query dtype is not fp16/bf16");
   if (pr.cache_dtype != pr.q_dtype) return no("cache dtype differs from the query dtype");
-  if (pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
-    return no("head_size is not 64, 128 or 256");
+  const int instance = prefill_ws_instance_head(pr.head_size);
+  if (warp_specialized && instance == 0)
+    return no("head_size " + std::to_string(pr.head_size) +
+              " is not a multiple of 8 up to 256");
+  if (!warp_specialized && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
+    return no("head_size is not 64, 128 or 256 (the first version has no masked heads)");
   if (pr.layout == KVLayout::kSplit) return no("split layout (not implemented on it yet)");
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
-  const std::int64_t smem =
-      std::max(prefill_wgmma_smem_bytes(pr.head_size), prefill_ws_smem_bytes(pr.head_size));
+  const std::int64_t smem = warp_specialized ? prefill_ws_smem_bytes(instance)
+                                             : prefill_wgmma_smem_bytes(pr.head_size);
   if (smem > device.max_shared_memory_per_block)
     return no("shared memory limit below " + std::to_string(smem) + " bytes");
   return true;

@@ -47,6 +47,10 @@ struct WgParams {
   // at once); 8 = K/V by the cp.async gather only, no TMA boxes (results stay right: an A/B of
   // the two loaders). 0 in normal use.
   int debug_flags;
+  // The problem's head size: the instance's HEAD, or (warp-specialised kernel, masked heads,
+  // prefill_ws_instance_head) a smaller multiple of 8 whose dims past it are zero-filled in
+  // shared memory and not stored.
+  int head_size;
 };
 
 /// The parameters of `args` (validated, nhd or hnd layout) for a cache of `block_size`
@@ -64,6 +68,7 @@ inline WgParams make_wg_params(const AttentionArgs& args, int block_size) {
   p.num_seqs = static_cast<int>(args.seq_lens.shape[0]);
   p.gqa = static_cast<int>(args.query.shape[1]) / cs.num_kv_heads;
   p.block_size = block_size;
+  p.head_size = static_cast<int>(args.query.shape[2]);
   const float scale = args.params.scale;
   p.scale_log2 = scale * kLog2e;
   if (p.softcap > 0.f) {

@@ -91,12 +91,19 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // none of their bookkeeping, so its registers are those of the gather alone. The consumers
 // keep P_{j-1} live through the softmax of S_j (the overlap), which costs head 128 a few
 // spilled words (measured: still as fast as without the overlap, and head 256 13% faster).
-template <class T, int HEAD, int TOK, int STAGES, bool TMA>
+// MASKED: a masked head (WgParams::head_size below HEAD) runs on this instance; measured on an
+// H200 with the masking at run time in every instance, head 256 lost about 3% on the chunked
+// shape, so the exact heads' instances have none of it.
+template <class T, int HEAD, int TOK, int STAGES, bool TMA, bool MASKED>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_ws_kernel(const WgParams p, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const int tma_box) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int ROWS = kWgmmaRowsPerCta;
+  // The problem's head: HEAD itself, or (MASKED) a smaller multiple of 8 whose dims past it
+  // are zero in shared memory and not stored (prefill_ws_instance_head). The exact heads'
+  // instances carry no masking code.
+  const int head_size = MASKED ? p.head_size : HEAD;
   constexpr int CH = HEAD / 8;       // 16-byte chunks per row
   constexpr int TILE = TOK * HEAD;   // elements of one K or V tile
   constexpr int KSTEPS = HEAD / 16;  // k-steps of S = Q K^T
@@ -166,6 +173,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
     const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
     const int c = lane % CH;
+    const bool c_in_head = c * 8 < head_size;  // masked heads: zero-fill the chunks past it
     const bool no_copy = (p.debug_flags & 4) != 0;
     const int box = TMA && !no_copy ? tma_box : 0;
     if (box > 0 && tid == 0) {
@@ -228,11 +236,12 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           const int o = __shfl_sync(0xffffffffu, off, rl);
           const int row = pw * RPW + rl;
           if (row >= r_lo && row < r_hi) continue;  // this row comes by TMA
-          const T* src = b >= 0 ? base + static_cast<std::int64_t>(b) * s_blk +
+          const T* src = b >= 0 && c_in_head ? base + static_cast<std::int64_t>(b) * s_blk +
                                       static_cast<std::int64_t>(o) * s_tok +
                                       static_cast<std::int64_t>(c) * s_chunk
                                 : base;
-          mma::cp_async16(smem_addr(dst + wgmma::tile_off(row, c, TOK)), src, b >= 0 ? 16 : 0);
+          mma::cp_async16(smem_addr(dst + wgmma::tile_off(row, c, TOK)), src,
+                          b >= 0 && c_in_head ? 16 : 0);
         }
       };
       // A warp announces its boxes' bytes before it issues them and before its lanes' cp.async
@@ -273,7 +282,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int k = 0; k < 64 * CH / 128; ++k) {
     const int i = ctid + k * 128;
     const int r = wrow0 + i / CH, cc = i % CH;
-    const bool ok = r < nvalid;
+    const bool ok = r < nvalid && cc * 8 < head_size;  // zero past the rows and the head
     const T* src = static_cast<const T*>(p.q);
     if (ok) {
       const int rr = rem + r;
@@ -526,8 +535,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     T* dst = static_cast<T*>(p.out) + tok * p.o_tok + head * p.o_head + 2 * (lane & 3);
 #pragma unroll
     for (int j = 0; j < HEAD / 8; ++j)
-      *reinterpret_cast<unsigned*>(dst + 8 * j) =
-          mma::pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      if (8 * j < head_size)  // masked heads: only the head's dims
+        *reinterpret_cast<unsigned*>(dst + 8 * j) =
+            mma::pack2<T>(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
     if (p.lse != nullptr && (lane & 3) == 0)
       p.lse[tok * p.l_tok + head * p.l_head] =
           l_run[h] != 0.f ? (softmax_base(m_run[h]) + log2f(l_run[h])) * kLn2 : NAN;
@@ -636,13 +646,16 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
   int box = (p.debug_flags & 8) != 0 ? 0 : prefill_ws_tma_box(HEAD, p.block_size);
   if (box > 0 &&
       (!tma_strides_ok(p) ||
-       !cached_cache_map(&tm_k, CacheMapKey{p.k, p.num_blocks, p.k_tok, p.k_head, p.k_blk, HEAD,
-                                            p.block_size, num_kv_heads, box}) ||
-       !cached_cache_map(&tm_v, CacheMapKey{p.v, p.num_blocks, p.v_tok, p.v_head, p.v_blk, HEAD,
-                                            p.block_size, num_kv_heads, box})))
+       !cached_cache_map(&tm_k, CacheMapKey{p.k, p.num_blocks, p.k_tok, p.k_head, p.k_blk,
+                                            p.head_size, p.block_size, num_kv_heads, box}) ||
+       !cached_cache_map(&tm_v, CacheMapKey{p.v, p.num_blocks, p.v_tok, p.v_head, p.v_blk,
+                                            p.head_size, p.block_size, num_kv_heads, box})))
     box = 0;
-  auto kernel = box > 0 ? prefill_ws_kernel<T, HEAD, TOK, STAGES, true>
-                        : prefill_ws_kernel<T, HEAD, TOK, STAGES, false>;
+  const bool masked = p.head_size != HEAD;
+  auto kernel = box > 0 ? (masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, true, true>
+                                  : prefill_ws_kernel<T, HEAD, TOK, STAGES, true, false>)
+                        : (masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, false, true>
+                                  : prefill_ws_kernel<T, HEAD, TOK, STAGES, false, false>);
   const int smem = static_cast<int>(prefill_ws_smem_bytes(HEAD, TOK, STAGES));
   // Per function and device, not a stream operation: legal during graph capture.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
@@ -665,6 +678,7 @@ Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64
   }();
   WgParams p = params;
   p.debug_flags = debug_flags;
+  head = prefill_ws_instance_head(head);  // masked heads run on the next larger instance
   if (head == 64)
     return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
                 : launch<__half, 64>(p, row_tiles, num_kv_heads, st);
