@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Compare the SASS of the kernels in two `cuobjdump -sass` listings, without a GPU.
+
+For every kernel of the first listing: its instruction count, the local-memory spills
+(STL / LDL) of the whole function and of its innermost loop that holds at least --min-mma
+tensor-core instructions (HGMMA / HMMA: the main loop), and whether the second listing's
+kernel of the same name (after --rename substitutions, e.g. a template argument the change
+added) has the same instructions (addresses stripped). Exit status 0; 1 when a kernel named
+in --expect-same differs or is missing.
+
+  export PATH="$(bash scripts/sass_tools.sh):$PATH"
+  cuobjdump -sass old.o > old.sass; cuobjdump -sass new.o > new.sass
+  python3 scripts/sass_compare.py old.sass new.sass --filter prefill_ws_kernel \
+      --rename 'ELb([01])EEEvNS=ELb\\1ELb0EEEvNS' --expect-same all
+"""
+import argparse
+import re
+import sys
+
+
+def functions(path):
+    """Kernel name -> list of instructions (text, address stripped), in listing order."""
+    out = {}
+    text = open(path).read()
+    for part in re.split(r"\n\s*Function : ", text)[1:]:
+        name = part.split("\n", 1)[0].strip()
+        ins = []
+        for line in part.split("\n"):
+            m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+            if m:
+                ins.append((int(m.group(1), 16), m.group(2).strip()))
+        out[name] = ins
+    return out
+
+
+def opcode(text):
+    t = text.split()
+    op = t[1] if t and t[0].startswith("@") and len(t) > 1 else (t[0] if t else "")
+    return op.split(".")[0]
+
+
+def main_loop(ins, min_mma):
+    """The shortest backward-branch range holding >= min_mma tensor-core instructions."""
+    index = {a: i for i, (a, _) in enumerate(ins)}
+    best = None
+    for i, (a, t) in enumerate(ins):
+        m = re.search(r"BRA\b.*?0x([0-9a-f]+)", t)
+        if not m:
+            continue
+        target = int(m.group(1), 16)
+        if target >= a or target not in index:
+            continue
+        j = index[target]
+        mma = sum(1 for _, u in ins[j:i + 1] if opcode(u) in ("HGMMA", "HMMA"))
+        if mma >= min_mma and (best is None or i - j < best[1] - best[0]):
+            best = (j, i)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("old")
+    ap.add_argument("new", nargs="?")
+    ap.add_argument("--filter", default="", help="only kernels whose name contains this")
+    ap.add_argument("--rename", action="append", default=[],
+                    help="A=B: re.sub(A, B) on the old names before matching")
+    ap.add_argument("--min-mma", type=int, default=8)
+    ap.add_argument("--expect-same", default="",
+                    help="'all' or comma-separated name fragments that must be unchanged")
+    args = ap.parse_args()
+    old = {k: v for k, v in functions(args.old).items() if args.filter in k}
+    new = functions(args.new) if args.new else {}
+    bad = 0
+    for name, ins in old.items():
+        key = name
+        for r in args.rename:
+            a, b = r.split("=", 1)
+            key = re.sub(a, b, key)
+        stl = sum(1 for _, t in ins if opcode(t) == "STL")
+        ldl = sum(1 for _, t in ins if opcode(t) == "LDL")
+        loop = main_loop(ins, args.min_mma)
+        lp = ""
+        if loop:
+            body = ins[loop[0]:loop[1] + 1]
+            lp = " main loop %d instr, STL %d, LDL %d" % (
+                len(body), sum(1 for _, t in body if opcode(t) == "STL"),
+                sum(1 for _, t in body if opcode(t) == "LDL"))
+        line = "%s: %d instr, STL %d, LDL %d;%s" % (name[:120], len(ins), stl, ldl, lp)
+        if args.new:
+            other = new.get(key)
+            if other is None:
+                line += "; missing in the second listing"
+                same = False
+            else:
+                diff = sum(1 for (_, a), (_, b) in zip(ins, other) if a != b)
+                diff += abs(len(ins) - len(other))
+                same = diff == 0
+                line += "; same instructions" if same else "; %d instructions differ" % diff
+            want = args.expect_same == "all" or any(
+                f and f in name for f in args.expect_same.split(","))
+            if want and not same:
+                bad = 1
+        print(line)
+    if bad:
+        print("kernels expected unchanged differ (or are missing)", file=sys.stderr)
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
