@@ -70,6 +70,13 @@ def main():
     args = ap.parse_args()
     old = {k: v for k, v in functions(args.old).items() if args.filter in k}
     new = functions(args.new) if args.new else {}
+    # Names are printed without the prefix every kernel shares (namespaces, the template's
+    # name), so the template arguments that tell instances apart stay visible.
+    names = list(old)
+    cut = len(names[0]) if names else 0
+    for n in names[1:]:
+        while cut and n[:cut] != names[0][:cut]:
+            cut -= 1
     bad = 0
     for name, ins in old.items():
         key = name
@@ -85,7 +92,8 @@ def main():
             lp = " main loop %d instr, STL %d, LDL %d" % (
                 len(body), sum(1 for _, t in body if opcode(t) == "STL"),
                 sum(1 for _, t in body if opcode(t) == "LDL"))
-        line = "%s: %d instr, STL %d, LDL %d;%s" % (name[:120], len(ins), stl, ldl, lp)
+        shown = name[cut:] if len(names) > 1 else name
+        line = "%s: %d instr, STL %d, LDL %d;%s" % (shown, len(ins), stl, ldl, lp)
         if args.new:
             other = new.get(key)
             if other is None:
