@@ -599,8 +599,10 @@ bool encode_cache_map(CUtensorMap* map, const CacheMapKey& k) {
 // encode_cache_map through the maps this thread encoded before: the encode is a driver call
 // on every launch's host path, and an engine launches on the same caches step after step, one
 // pair per layer when each layer has its own cache (a 4-entry round robin never hit with more
-// than two layers). The map is a pure function of the key, so a hit is exact; the table is
-// emptied when it reaches kMaxEntries (caches reallocated many times), so it stays bounded.
+// than two layers). The map is a pure function of the key, so a hit is exact, and so is a
+// refusal (remembered too: the launch then gathers by cp.async without asking the driver
+// again); the table is emptied when it reaches kMaxEntries (caches reallocated many times),
+// so it stays bounded.
 bool cached_cache_map(CUtensorMap* map, const CacheMapKey& k) {
   struct KeyHash {
     std::size_t operator()(const CacheMapKey& c) const {
@@ -612,17 +614,21 @@ bool cached_cache_map(CUtensorMap* map, const CacheMapKey& k) {
       return static_cast<std::size_t>(h ^ (h >> 29));
     }
   };
+  struct Encoded {
+    CUtensorMap map;
+    bool ok;
+  };
   constexpr std::size_t kMaxEntries = 1024;
-  thread_local std::unordered_map<CacheMapKey, CUtensorMap, KeyHash> maps;
-  const auto it = maps.find(k);
-  if (it != maps.end()) {
-    *map = it->second;
-    return true;
+  thread_local std::unordered_map<CacheMapKey, Encoded, KeyHash> maps;
+  auto it = maps.find(k);
+  if (it == maps.end()) {
+    if (maps.size() >= kMaxEntries) maps.clear();
+    Encoded e{};
+    e.ok = encode_cache_map(&e.map, k);
+    it = maps.emplace(k, e).first;
   }
-  if (!encode_cache_map(map, k)) return false;
-  if (maps.size() >= kMaxEntries) maps.clear();
-  maps.emplace(k, *map);
-  return true;
+  if (it->second.ok) *map = it->second.map;
+  return it->second.ok;
 }
 
 // Whether the caches of `p` can be read by TMA boxes: head dims contiguous (chunk stride 8),
