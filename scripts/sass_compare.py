@@ -68,6 +68,19 @@ def main():
     ap.add_argument("--expect-same", default="",
                     help="'all' or comma-separated name fragments that must be unchanged")
     args = ap.parse_args()
+    for path in (args.old, args.new):
+        if path is not None:
+            try:
+                open(path).close()
+            except OSError as e:
+                ap.error("cannot read listing %r: %s" % (path, e.strerror))
+    for r in args.rename:
+        if "=" not in r:
+            ap.error("--rename %r: expected A=B" % r)
+        try:
+            re.compile(r.split("=", 1)[0])
+        except re.error as e:
+            ap.error("--rename %r: bad pattern: %s" % (r, e))
     old = {k: v for k, v in functions(args.old).items() if args.filter in k}
     new = functions(args.new) if args.new else {}
     # Names are printed without the prefix every kernel shares (namespaces, the template's
