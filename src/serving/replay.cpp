@@ -745,6 +745,21 @@ void Replay::take_sample() {
   r.samples.push_back(s);
 }
 
+ReplayProgress Replay::progress_now() const {
+  ReplayProgress p;
+  p.step = report_.steps;
+  p.finished = scheduler_->num_finished();
+  p.total = scheduler_->num_requests();
+  p.running = scheduler_->num_running();
+  p.waiting = scheduler_->num_waiting();
+  p.blocks_used = allocator_->num_used();
+  p.num_blocks = allocator_->num_blocks();
+  p.tokens = tokens_done_;
+  p.elapsed_s = seconds_since(t0_);
+  p.verified_ok = report_.pass;
+  return p;
+}
+
 Result<ReplayReport> Replay::run() {
   t0_ = std::chrono::steady_clock::now();
   PAGEDATTN_RETURN_IF_ERROR(setup());
@@ -811,17 +826,7 @@ Result<ReplayReport> Replay::run() {
     ++r.steps;
     tokens_done += batch.num_tokens;
     if (progress_) {
-      ReplayProgress p;
-      p.step = r.steps;
-      p.finished = scheduler_->num_finished();
-      p.total = scheduler_->num_requests();
-      p.running = scheduler_->num_running();
-      p.waiting = scheduler_->num_waiting();
-      p.blocks_used = allocator_->num_used();
-      p.num_blocks = allocator_->num_blocks();
-      p.tokens = tokens_done;
-      p.elapsed_s = seconds_since(t0_);
-      p.verified_ok = r.pass;
+      ReplayProgress p = progress_now();
       if (sampling && p.elapsed_s >= next_sample_s_) {
         take_sample();
         p.sample = true;
@@ -842,7 +847,17 @@ Result<ReplayReport> Replay::run() {
     return internal(fmt::format("replay finished with {} prefix-table entries left",
                                 scheduler_->prefix_table_size()));
   }
-  if (sampling) take_sample();
+  if (sampling) {
+    take_sample();
+    // The closing sample is reported like the periodic ones, so that a soak shorter than its
+    // interval still prints (and writes) one line with its final counters.
+    if (progress_) {
+      ReplayProgress p = progress_now();
+      p.sample = true;
+      p.report = &report_;
+      progress_(p);
+    }
+  }
   finish_report();
   if (periodic_faults_) {
     // Pass: every injection detected, nothing else failed.

@@ -163,6 +163,8 @@ class Replay {
   void uncount_dropped(std::int64_t dropped);
   Status copy_on_write(const BlockCopy& copy);
   void take_sample();
+  // The counters a progress callback sees now (sample = false).
+  ReplayProgress progress_now() const;
   void finish_report();
   std::int64_t replay_device_bytes() const;
   Status run_step(const StepBatch& batch);

@@ -458,5 +458,31 @@ TEST(Soak, DurationCyclesThroughTheTraceAndSamples) {
   }
 }
 
+// A run shorter than its sample interval still reports its closing sample through the
+// progress callback (the CLI's last soak line and report rewrite), with the final counters.
+TEST(Soak, ClosingSampleReachesTheProgressCallbackEvenWhenTheRunIsShort) {
+  ReplayConfig c = prefix_config();
+  c.sample_interval_s = 1e6;  // no periodic sample can fall due
+  std::vector<ReplayProgress> sampled;
+  std::int64_t calls = 0;
+  const ProgressFn progress = [&](const ReplayProgress& p) {
+    ++calls;
+    if (p.sample) {
+      ASSERT_NE(p.report, nullptr);
+      sampled.push_back(p);
+    }
+  };
+  ReplayReport r = run_replay(c, progress).value();
+  EXPECT_TRUE(r.pass) << r.first_failure;
+  EXPECT_GT(calls, 1);  // every step, then the closing sample
+  ASSERT_EQ(sampled.size(), 1u);
+  EXPECT_EQ(sampled.back().finished, r.requests);
+  EXPECT_EQ(sampled.back().blocks_used, 0);
+  EXPECT_EQ(sampled.back().running, 0);
+  EXPECT_EQ(sampled.back().step, r.steps);
+  ASSERT_EQ(r.samples.size(), 2u);  // the opening and the closing sample
+  EXPECT_EQ(r.samples.back().requests_finished, r.requests);
+}
+
 }  // namespace
 }  // namespace pagedattn::serving
