@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
+#include "src/cuda/backend/side_stream.h"
 #include "src/cuda/prefill/prefill_wgmma.h"
 #include "tests/unit/synthetic_device.h"
 
@@ -302,6 +303,40 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
   ASSERT_TRUE(c.ok());
   EXPECT_FALSE(c->prefill_rows_mma);
   EXPECT_FALSE(c->prefill_rows_wgmma);
+}
+
+// A mixed batch (decode rows on the decode fast path, chunks on a tensor-core prefill kernel)
+// says whether the two kernels run one after the other or concurrently on two streams
+// (PAGEDATTN_MIXED_CONCURRENT, forced here); a batch without decode rows says neither.
+TEST(PrefillWgmmaSelect, MixedBatchSaysWhetherTheKernelsRunConcurrently) {
+  const DeviceInfo info = synthetic_cuda_device();
+  ProblemDesc p = chunk_problem();
+  p.batch.num_seqs = 6;
+  p.batch.num_decode_seqs = 4;
+  p.batch.num_prefill_seqs = 2;
+  p.batch.num_tokens = 2 * 512 + 4;
+  p.batch.max_query_len = 512;
+  struct Restore {
+    ~Restore() { set_mixed_concurrent_for_testing(-1); }
+  } restore;
+  for (int on : {0, 1}) {
+    set_mixed_concurrent_for_testing(on);
+    EXPECT_EQ(mixed_concurrent_enabled(), on == 1);
+    auto c = select_kernel(p, info);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    ASSERT_TRUE(c->decode_rows_fast_path && c->prefill_rows_wgmma) << c->reason;
+    const bool says_concurrent =
+        c->reason.find("concurrently with the prefill kernel (its rows on a second stream") !=
+        std::string::npos;
+    const bool says_serial =
+        c->reason.find("before the prefill kernel on the call's stream") != std::string::npos;
+    EXPECT_EQ(says_concurrent, on == 1) << c->reason;
+    EXPECT_EQ(says_serial, on == 0) << c->reason;
+  }
+  set_mixed_concurrent_for_testing(1);
+  auto c = select_kernel(chunk_problem(), info);  // chunks only
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->reason.find("concurrently"), std::string::npos) << c->reason;
 }
 
 }  // namespace

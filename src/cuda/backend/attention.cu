@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "src/cuda/backend/cuda_backend.h"
+#include "src/cuda/backend/side_stream.h"
 #include "src/cuda/common/cuda_common.cuh"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
@@ -50,6 +51,9 @@ struct CudaPlan {
   bool prefill_wgmma = false;
   /// ... on its warp-specialised version (KernelChoice::prefill_rows_wgmma_ws).
   bool prefill_wgmma_ws = false;
+  /// Mixed batch on the decode fast path and a tensor-core prefill kernel: the prefill rows
+  /// run on a second stream beside the decode rows (run_forked; mixed_concurrent_enabled).
+  bool mixed_concurrent = false;
 };
 
 }  // namespace
@@ -144,6 +148,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
       why = "the device's shared memory is too small";
     if (why.empty()) {
       plan->prefill_mma = true;
+      plan->mixed_concurrent = plan->mixed && plan->decode_mma && mixed_concurrent_enabled();
     } else {
       state->choice.prefill_rows_mma = false;
       state->choice.prefill_rows_wgmma = false;
@@ -207,21 +212,35 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   if (cp->prefill_mma && prefill_mma_aligned(args)) {
     // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
     // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
-    if (fast)
-      PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(
-          args, plan.geometry.block_size, cp->decode,
-          static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, stream));
-    if (cp->prefill_wgmma)
-      return prefill_wgmma_run(args, plan.geometry.block_size,
-                               fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
-                               fast ? 2 : 1,
-                               static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
-                               stream, cp->prefill_wgmma_ws);
-    return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
-                           fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
-                           fast ? 2 : 1,
-                           static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
-                           stream);
+    const StreamWork prefill = [&](Stream s) {
+      if (cp->prefill_wgmma)
+        return prefill_wgmma_run(args, plan.geometry.block_size,
+                                 fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                                 fast ? 2 : 1,
+                                 static_cast<unsigned char*>(workspace) +
+                                     cp->workspace.off_tile_start,
+                                 s, cp->prefill_wgmma_ws);
+      return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
+                             fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
+                             fast ? 2 : 1,
+                             static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
+                             s);
+    };
+    if (!fast) return prefill(stream);
+    const StreamWork decode = [&](Stream s) {
+      return decode_mma_run(args, plan.geometry.block_size, cp->decode,
+                            static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, s);
+    };
+    if (cp->mixed_concurrent && cp->prefill_mma_tiles > 0) {
+      // The chunks' few CTAs (one per SM) take their SMs first; the decode CTAs fill the
+      // rest and the SMs the chunks free, instead of waiting for the last chunk tile.
+      DeviceGuard guard(args.query.device.index);
+      if (guard.status() != cudaSuccess)
+        return cuda_error(guard.status(), "run_attention: set device");
+      return run_forked(stream, args.query.device.index, prefill, decode);
+    }
+    PAGEDATTN_RETURN_IF_ERROR(decode(stream));
+    return prefill(stream);
   }
   // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
   if (fast)

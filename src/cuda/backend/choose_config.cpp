@@ -2,9 +2,12 @@
 // described by its DeviceInfo. Host code in every build, with or without the CUDA backend, so
 // that `pagedattn explain --assume-device h200` and the unit tests get the same decision on a
 // machine without a GPU (it reads only the problem, the device facts and the options).
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "src/cuda/backend/cuda_backend.h"
+#include "src/cuda/backend/side_stream.h"
 #include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
 #include "src/cuda/prefill/prefill_wgmma.h"
@@ -199,7 +202,14 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                 : "decode fast path not used: " + why_not;
   // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
   const std::string decode_rows_note =
-      rows_fast ? decode_note
+      rows_fast ? decode_note + (mixed_concurrent_enabled()
+                                     ? ", concurrently with the prefill kernel (its rows on a "
+                                       "second stream forked from the call's stream and joined "
+                                       "back before the call returns; "
+                                       "PAGEDATTN_MIXED_CONCURRENT=1)"
+                                     : ", before the prefill kernel on the call's stream "
+                                       "(PAGEDATTN_MIXED_CONCURRENT=1 runs the two "
+                                       "concurrently)")
       : problem.batch.num_decode_seqs > 0
           ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                 " decode rows run on it too (" + decode_note + ")"
@@ -275,6 +285,24 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                    " (wgmma prefill kernel: " + why_wgmma + ")";
   }
   return c;
+}
+
+namespace {
+std::atomic<int> mixed_concurrent_override{-1};
+}  // namespace
+
+bool mixed_concurrent_enabled() {
+  const int forced = mixed_concurrent_override.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool on = [] {
+    const char* e = std::getenv("PAGEDATTN_MIXED_CONCURRENT");
+    return e != nullptr && std::string(e) == "1";
+  }();
+  return on;
+}
+
+void set_mixed_concurrent_for_testing(int on) {
+  mixed_concurrent_override.store(on < 0 ? -1 : (on != 0), std::memory_order_relaxed);
 }
 
 }  // namespace pagedattn::cuda

@@ -1,0 +1,41 @@
+// Fork/join of one call's work over the caller's stream and a second stream, so that two
+// kernels with disjoint outputs (a mixed batch's decode rows and prefill rows) can share the
+// GPU instead of running one after the other. Host code of the CUDA backend (CUDA builds only).
+#pragma once
+
+#include <functional>
+
+#include "pagedattn/status.h"
+
+namespace pagedattn::cuda {
+
+/// Work enqueued on the stream it is given (a cudaStream_t passed as void*).
+using StreamWork = std::function<Status(void* stream)>;
+
+/// Runs `side` on a second stream of the calling thread and `main` on `stream`, concurrently:
+/// an event recorded on `stream` orders the second stream after the caller's earlier work, and
+/// an event recorded on the second stream after `side` makes `stream`'s later work wait for it.
+/// So everything enqueued on `stream` after this call sees both; nothing waits on the host. In
+/// stream capture the second stream joins the capture and the graph holds a fork and a join
+/// (CUDA Programming Guide, "Cross-stream dependencies and events").
+///
+/// `side` is enqueued first, so that its CTAs are dispatched before `main`'s. `device` is the
+/// current device (the caller's DeviceGuard); the second stream and the two events are created
+/// once per thread and device (cudaStreamNonBlocking, cudaEventDisableTiming), under the
+/// relaxed capture mode, so a first call inside a capture does not invalidate it. When they
+/// cannot be created, both run on `stream`, `side` first (the same results, serially).
+///
+/// Errors: the first failure of the event calls, `side` or `main`. The join is enqueued even
+/// when `side` or `main` failed, so that a capture in progress is never left forked.
+Status run_forked(void* stream, int device, const StreamWork& side, const StreamWork& main);
+
+/// Whether mixed batches run their prefill rows on a second stream (run_forked) beside the
+/// decode rows: PAGEDATTN_MIXED_CONCURRENT=1 (read once). Off by default until it has run on a
+/// GPU: the GPU tests, the capture test and the T-conv-mixed A/B of docs/performance_prefill.md.
+bool mixed_concurrent_enabled();
+
+/// Plans made after it see `on` (1: concurrent, 0: serial) instead of the environment
+/// variable; -1 restores the variable. Tests only (GPU tests compare the two in one process).
+void set_mixed_concurrent_for_testing(int on);
+
+}  // namespace pagedattn::cuda
