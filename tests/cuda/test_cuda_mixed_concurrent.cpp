@@ -104,26 +104,31 @@ TEST(CudaMixedConcurrent, ForkedEqualsSerialBitForBitAndCaptures) {
       serial_out = pr.out_bytes();
       serial_lse = pr.lse_bytes();
     }
-    ConcurrentMode mode(1);
-    PA_ASSERT_OK(pr.plan());
-    EXPECT_TRUE(reason_has(pr, "concurrently with the prefill kernel"))
-        << pr.attention_plan().choice().reason;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int m : {1, 2}) {
+      SCOPED_TRACE(m == 1 ? "prefill rows on the second stream"
+                          : "decode rows on the second stream");
+      ConcurrentMode mode(m);
+      PA_ASSERT_OK(pr.plan());
+      EXPECT_TRUE(reason_has(pr, m == 1 ? "(its rows on a second stream"
+                                        : "(the decode rows on a second stream"))
+          << pr.attention_plan().choice().reason;
+      for (int rep = 0; rep < 3; ++rep) {
+        PA_ASSERT_OK(pr.poison_outputs());
+        PA_ASSERT_OK(cuda::device_synchronize());
+        PA_ASSERT_OK(pr.run(*stream));
+        // Only the caller's stream is synchronised: the join must make it wait for both.
+        PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
+        EXPECT_TRUE(pr.out_bytes() == serial_out) << "run " << rep << ": out differs from serial";
+        EXPECT_TRUE(pr.lse_bytes() == serial_lse) << "run " << rep << ": lse differs from serial";
+      }
+      // The legacy default stream as the caller's stream.
       PA_ASSERT_OK(pr.poison_outputs());
       PA_ASSERT_OK(cuda::device_synchronize());
-      PA_ASSERT_OK(pr.run(*stream));
-      // Only the caller's stream is synchronised: the join must make it wait for the chunks.
-      PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
-      EXPECT_TRUE(pr.out_bytes() == serial_out) << "run " << rep << ": out differs from serial";
-      EXPECT_TRUE(pr.lse_bytes() == serial_lse) << "run " << rep << ": lse differs from serial";
+      PA_ASSERT_OK(pr.run(nullptr));
+      PA_ASSERT_OK(cuda::testsupport::stream_synchronize(nullptr));
+      EXPECT_TRUE(pr.out_bytes() == serial_out) << "legacy stream: out differs from serial";
+      ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
     }
-    // The legacy default stream as the caller's stream.
-    PA_ASSERT_OK(pr.poison_outputs());
-    PA_ASSERT_OK(cuda::device_synchronize());
-    PA_ASSERT_OK(pr.run(nullptr));
-    PA_ASSERT_OK(cuda::testsupport::stream_synchronize(nullptr));
-    EXPECT_TRUE(pr.out_bytes() == serial_out) << "legacy stream: out differs from serial";
-    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
     cuda::testsupport::stream_destroy(*stream);
   }
 }
@@ -151,7 +156,7 @@ TEST(CudaMixedConcurrent, TwoThreadsEachGetTheSerialResult) {
     ASSERT_TRUE(st.ok());
     streams.push_back(*st);
   }
-  ConcurrentMode mode(1);
+  ConcurrentMode mode(1);  // each thread's prefill rows on that thread's second stream
   for (auto& pr : problems) PA_ASSERT_OK(pr->plan());
   constexpr int kIters = 50;
   std::vector<std::string> errors(2);

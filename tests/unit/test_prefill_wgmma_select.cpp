@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -306,8 +307,9 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
 }
 
 // A mixed batch (decode rows on the decode fast path, chunks on a tensor-core prefill kernel)
-// says whether the two kernels run one after the other or concurrently on two streams
-// (PAGEDATTN_MIXED_CONCURRENT, forced here); a batch without decode rows says neither.
+// says whether the two kernels run one after the other or concurrently on two streams,
+// and which goes to the second stream (PAGEDATTN_MIXED_CONCURRENT, forced here); a batch
+// without decode rows says none of it.
 TEST(PrefillWgmmaSelect, MixedBatchSaysWhetherTheKernelsRunConcurrently) {
   const DeviceInfo info = synthetic_cuda_device();
   ProblemDesc p = chunk_problem();
@@ -319,20 +321,28 @@ TEST(PrefillWgmmaSelect, MixedBatchSaysWhetherTheKernelsRunConcurrently) {
   struct Restore {
     ~Restore() { set_mixed_concurrent_for_testing(-1); }
   } restore;
-  for (int on : {0, 1}) {
-    set_mixed_concurrent_for_testing(on);
-    EXPECT_EQ(mixed_concurrent_enabled(), on == 1);
+  for (int mode : {0, 1, 2}) {
+    set_mixed_concurrent_for_testing(mode);
+    EXPECT_EQ(mixed_concurrent_mode(), mode);
     auto c = select_kernel(p, info);
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     ASSERT_TRUE(c->decode_rows_fast_path && c->prefill_rows_wgmma) << c->reason;
-    const bool says_concurrent =
+    const bool prefill_forked =
         c->reason.find("concurrently with the prefill kernel (its rows on a second stream") !=
         std::string::npos;
-    const bool says_serial =
+    const bool decode_forked =
+        c->reason.find("concurrently with the prefill kernel (the decode rows on a second "
+                       "stream") != std::string::npos;
+    const bool serial =
         c->reason.find("before the prefill kernel on the call's stream") != std::string::npos;
-    EXPECT_EQ(says_concurrent, on == 1) << c->reason;
-    EXPECT_EQ(says_serial, on == 0) << c->reason;
+    EXPECT_EQ(serial, mode == 0) << c->reason;
+    EXPECT_EQ(prefill_forked, mode == 1) << c->reason;
+    EXPECT_EQ(decode_forked, mode == 2) << c->reason;
   }
+  set_mixed_concurrent_for_testing(7);  // out of range: back to the environment's choice
+  const char* env = std::getenv("PAGEDATTN_MIXED_CONCURRENT");
+  const std::string v = env != nullptr ? env : "";
+  EXPECT_EQ(mixed_concurrent_mode(), v == "1" ? 1 : v == "2" ? 2 : 0);
   set_mixed_concurrent_for_testing(1);
   auto c = select_kernel(chunk_problem(), info);  // chunks only
   ASSERT_TRUE(c.ok());

@@ -51,9 +51,10 @@ struct CudaPlan {
   bool prefill_wgmma = false;
   /// ... on its warp-specialised version (KernelChoice::prefill_rows_wgmma_ws).
   bool prefill_wgmma_ws = false;
-  /// Mixed batch on the decode fast path and a tensor-core prefill kernel: the prefill rows
-  /// run on a second stream beside the decode rows (run_forked; mixed_concurrent_enabled).
-  bool mixed_concurrent = false;
+  /// Mixed batch on the decode fast path and a tensor-core prefill kernel: 0 = the two kernels
+  /// one after the other; 1 / 2 = concurrently on two streams, the prefill / decode rows on
+  /// the second one (run_forked; mixed_concurrent_mode).
+  int mixed_concurrent = 0;
 };
 
 }  // namespace
@@ -148,7 +149,7 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
       why = "the device's shared memory is too small";
     if (why.empty()) {
       plan->prefill_mma = true;
-      plan->mixed_concurrent = plan->mixed && plan->decode_mma && mixed_concurrent_enabled();
+      plan->mixed_concurrent = plan->mixed && plan->decode_mma ? mixed_concurrent_mode() : 0;
     } else {
       state->choice.prefill_rows_mma = false;
       state->choice.prefill_rows_wgmma = false;
@@ -231,13 +232,15 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
       return decode_mma_run(args, plan.geometry.block_size, cp->decode,
                             static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, s);
     };
-    if (cp->mixed_concurrent && cp->prefill_mma_tiles > 0) {
-      // The chunks' few CTAs (one per SM) take their SMs first; the decode CTAs fill the
-      // rest and the SMs the chunks free, instead of waiting for the last chunk tile.
+    if (cp->mixed_concurrent != 0 && cp->prefill_mma_tiles > 0) {
+      // The kernel enqueued first has its CTAs dispatched first; the other's CTAs take the
+      // SMs its tail leaves idle instead of waiting for its last CTA.
       DeviceGuard guard(args.query.device.index);
       if (guard.status() != cudaSuccess)
         return cuda_error(guard.status(), "run_attention: set device");
-      return run_forked(stream, args.query.device.index, prefill, decode);
+      return cp->mixed_concurrent == 1
+                 ? run_forked(stream, args.query.device.index, prefill, decode)
+                 : run_forked(stream, args.query.device.index, decode, prefill);
     }
     PAGEDATTN_RETURN_IF_ERROR(decode(stream));
     return prefill(stream);

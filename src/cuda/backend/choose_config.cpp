@@ -17,6 +17,24 @@ namespace pagedattn::cuda {
 
 namespace {
 
+// How a mixed batch orders its decode and prefill kernels (mixed_concurrent_mode).
+std::string mixed_order_note(int mode) {
+  if (mode == 1)
+    return ", concurrently with the prefill kernel (its rows on a second stream forked from "
+           "the call's stream, enqueued first, and joined back before the call returns; "
+           "PAGEDATTN_MIXED_CONCURRENT=1)";
+  if (mode == 2)
+    return ", concurrently with the prefill kernel (the decode rows on a second stream forked "
+           "from the call's stream, enqueued first, and joined back before the call returns; "
+           "PAGEDATTN_MIXED_CONCURRENT=2)";
+  return ", before the prefill kernel on the call's stream (PAGEDATTN_MIXED_CONCURRENT=1 or 2 "
+         "runs the two concurrently)";
+}
+
+}  // namespace
+
+namespace {
+
 /// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
 /// for a page of `block_size` tokens (prefill_ws_tma_box).
 std::string ws_loader_note(int head, int block_size) {
@@ -202,14 +220,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                 : "decode fast path not used: " + why_not;
   // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
   const std::string decode_rows_note =
-      rows_fast ? decode_note + (mixed_concurrent_enabled()
-                                     ? ", concurrently with the prefill kernel (its rows on a "
-                                       "second stream forked from the call's stream and joined "
-                                       "back before the call returns; "
-                                       "PAGEDATTN_MIXED_CONCURRENT=1)"
-                                     : ", before the prefill kernel on the call's stream "
-                                       "(PAGEDATTN_MIXED_CONCURRENT=1 runs the two "
-                                       "concurrently)")
+      rows_fast ? decode_note + mixed_order_note(mixed_concurrent_mode())
       : problem.batch.num_decode_seqs > 0
           ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                 " decode rows run on it too (" + decode_note + ")"
@@ -291,18 +302,19 @@ namespace {
 std::atomic<int> mixed_concurrent_override{-1};
 }  // namespace
 
-bool mixed_concurrent_enabled() {
+int mixed_concurrent_mode() {
   const int forced = mixed_concurrent_override.load(std::memory_order_relaxed);
-  if (forced >= 0) return forced != 0;
-  static const bool on = [] {
+  if (forced >= 0) return forced;
+  static const int mode = [] {
     const char* e = std::getenv("PAGEDATTN_MIXED_CONCURRENT");
-    return e != nullptr && std::string(e) == "1";
+    const std::string v = e != nullptr ? e : "";
+    return v == "1" ? 1 : v == "2" ? 2 : 0;
   }();
-  return on;
+  return mode;
 }
 
-void set_mixed_concurrent_for_testing(int on) {
-  mixed_concurrent_override.store(on < 0 ? -1 : (on != 0), std::memory_order_relaxed);
+void set_mixed_concurrent_for_testing(int mode) {
+  mixed_concurrent_override.store(mode >= 0 && mode <= 2 ? mode : -1, std::memory_order_relaxed);
 }
 
 }  // namespace pagedattn::cuda

@@ -29,13 +29,16 @@ using StreamWork = std::function<Status(void* stream)>;
 /// when `side` or `main` failed, so that a capture in progress is never left forked.
 Status run_forked(void* stream, int device, const StreamWork& side, const StreamWork& main);
 
-/// Whether mixed batches run their prefill rows on a second stream (run_forked) beside the
-/// decode rows: PAGEDATTN_MIXED_CONCURRENT=1 (read once). Off by default until it has run on a
-/// GPU: the GPU tests, the capture test and the T-conv-mixed A/B of docs/performance_prefill.md.
-bool mixed_concurrent_enabled();
+/// How a mixed batch (decode rows on the decode fast path, chunks on a tensor-core prefill
+/// kernel) orders its two kernels, from PAGEDATTN_MIXED_CONCURRENT (read once): 0 (unset or
+/// any other value) = serially on the call's stream, decode first; 1 = concurrently
+/// (run_forked), the prefill rows on the second stream and enqueued first; 2 = concurrently,
+/// the decode rows on the second stream and enqueued first. Off by default until it has run
+/// on a GPU: the GPU tests and the T-conv-mixed A/B of docs/performance_prefill.md.
+int mixed_concurrent_mode();
 
-/// Plans made after it see `on` (1: concurrent, 0: serial) instead of the environment
-/// variable; -1 restores the variable. Tests only (GPU tests compare the two in one process).
-void set_mixed_concurrent_for_testing(int on);
+/// Plans made after it see `mode` (0, 1 or 2, as above) instead of the environment variable;
+/// -1 restores the variable. Tests only (GPU tests compare the modes in one process).
+void set_mixed_concurrent_for_testing(int mode);
 
 }  // namespace pagedattn::cuda
