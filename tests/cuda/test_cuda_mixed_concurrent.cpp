@@ -1,6 +1,7 @@
 // Mixed batches whose prefill rows run on a second stream beside the decode rows (run_forked,
 // src/cuda/backend/side_stream.h): the same bits as the serial order, the oracle, CUDA-graph
-// capture of the fork and join, and one second stream per host thread.
+// capture of the fork and join, one second stream per host thread, and an eager call while a
+// capture that the second stream joined is still open.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -175,6 +176,49 @@ TEST(CudaMixedConcurrent, TwoThreadsEachGetTheSerialResult) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   for (void* s : streams) cuda::testsupport::stream_destroy(s);
+}
+
+// The second stream stays in a capture it joined until that capture ends. A mixed batch run
+// eagerly on another stream while that capture is open must not fork onto it (its work would
+// land in the graph): it runs serially on its own stream, and the graph still replays right.
+TEST(CudaMixedConcurrent, EagerCallDuringAnOpenCaptureDoesNotJoinIt) {
+  PA_SKIP_WITHOUT_GPU();
+  std::vector<MixedCase> cases = mixed_cases();
+  auto captured = Problem::make(cases[0].spec);
+  auto eager = Problem::make(cases[1].spec);
+  ASSERT_TRUE(captured.ok() && eager.ok());
+  Problem& pc = **captured;
+  Problem& pe = **eager;
+  auto s_capture = cuda::testsupport::stream_create();
+  auto s_eager = cuda::testsupport::stream_create();
+  ASSERT_TRUE(s_capture.ok() && s_eager.ok());
+  ConcurrentMode mode(1);
+  PA_ASSERT_OK(pc.plan());
+  PA_ASSERT_OK(pe.plan());
+  PA_ASSERT_OK(pc.run(*s_capture));
+  PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*s_capture));
+  EXPECT_EQ(pc.check_against_oracle(), "");
+  const auto expected = pc.out_bytes();
+  PA_ASSERT_OK(pc.poison_outputs());
+  PA_ASSERT_OK(pe.poison_outputs());
+  PA_ASSERT_OK(cuda::device_synchronize());
+
+  PA_ASSERT_OK(cuda::testsupport::capture_begin(*s_capture, /*relaxed=*/true));
+  const Status in_capture = pc.run(*s_capture);  // forks: the second stream joins the capture
+  const Status beside = pe.run(*s_eager);         // eager, while the capture is open
+  const Status synced = cuda::testsupport::stream_synchronize(*s_eager);
+  auto exec = cuda::testsupport::capture_end(*s_capture);
+  PA_ASSERT_OK(in_capture);
+  PA_ASSERT_OK(beside);
+  PA_ASSERT_OK(synced);
+  ASSERT_TRUE(exec.ok()) << exec.status().to_string();
+  EXPECT_EQ(pe.check_against_oracle(), "") << "the eager call ran (serially) on its own stream";
+  PA_ASSERT_OK(cuda::testsupport::graph_launch(*exec, *s_capture));
+  PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*s_capture));
+  EXPECT_TRUE(pc.out_bytes() == expected) << "the replay differs from the eager run";
+  cuda::testsupport::graph_destroy(*exec);
+  cuda::testsupport::stream_destroy(*s_capture);
+  cuda::testsupport::stream_destroy(*s_eager);
 }
 
 }  // namespace

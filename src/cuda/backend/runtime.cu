@@ -307,9 +307,10 @@ Status memset_device(void* ptr, int byte, std::size_t bytes) {
   PA_CUDA_RETURN(cudaMemset(ptr, byte, bytes), "cudaMemset");
   return Status::Ok();
 }
-Status capture_begin(void* stream) {
+Status capture_begin(void* stream, bool relaxed) {
   PA_CUDA_RETURN(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream),
-                                        cudaStreamCaptureModeGlobal),
+                                        relaxed ? cudaStreamCaptureModeRelaxed
+                                                : cudaStreamCaptureModeGlobal),
                  "cudaStreamBeginCapture");
   return Status::Ok();
 }

@@ -51,15 +51,38 @@ const SideStream& side_stream_for(int device) {
   return s;
 }
 
+// A stream that joined a capture through an event wait stays in it until the capture ends.
+// So the second stream may still belong to a capture this thread has open on another stream:
+// forking from any stream but one of that same capture would pull our work into that graph
+// (or fail). True when forking is safe: the second stream captures nothing, or the same
+// capture as the caller's stream.
+bool same_capture(cudaStream_t caller, cudaStream_t side) {
+  cudaStreamCaptureStatus side_status = cudaStreamCaptureStatusNone;
+  unsigned long long side_id = 0;
+  if (cudaStreamGetCaptureInfo(side, &side_status, &side_id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (side_status == cudaStreamCaptureStatusNone) return true;
+  cudaStreamCaptureStatus caller_status = cudaStreamCaptureStatusNone;
+  unsigned long long caller_id = 0;
+  if (cudaStreamGetCaptureInfo(caller, &caller_status, &caller_id) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return side_status == cudaStreamCaptureStatusActive &&
+         caller_status == cudaStreamCaptureStatusActive && caller_id == side_id;
+}
+
 }  // namespace
 
 Status run_forked(void* stream, int device, const StreamWork& side, const StreamWork& main) {
   const SideStream& s = side_stream_for(device);
-  if (!s.ok) {
+  cudaStream_t caller = static_cast<cudaStream_t>(stream);
+  if (!s.ok || !same_capture(caller, s.stream)) {
     PAGEDATTN_RETURN_IF_ERROR(side(stream));
     return main(stream);
   }
-  cudaStream_t caller = static_cast<cudaStream_t>(stream);
   PA_CUDA_RETURN(cudaEventRecord(s.fork, caller), "run_forked: cudaEventRecord(fork)");
   PA_CUDA_RETURN(cudaStreamWaitEvent(s.stream, s.fork, 0), "run_forked: cudaStreamWaitEvent(fork)");
   Status first = side(static_cast<void*>(s.stream));

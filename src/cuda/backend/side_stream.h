@@ -23,7 +23,9 @@ using StreamWork = std::function<Status(void* stream)>;
 /// current device (the caller's DeviceGuard); the second stream and the two events are created
 /// once per thread and device (cudaStreamNonBlocking, cudaEventDisableTiming), under the
 /// relaxed capture mode, so a first call inside a capture does not invalidate it. When they
-/// cannot be created, both run on `stream`, `side` first (the same results, serially).
+/// cannot be created, or the second stream still belongs to another capture of this thread
+/// (a stream that joined a capture stays in it until the capture ends), both run on `stream`,
+/// `side` first (the same results, serially).
 ///
 /// Errors: the first failure of the event calls, `side` or `main`. The join is enqueued even
 /// when `side` or `main` failed, so that a capture in progress is never left forked.

@@ -301,7 +301,7 @@ Result<void*> stream_create() { return no_cuda(); }
 void stream_destroy(void*) {}
 Status stream_synchronize(void*) { return no_cuda(); }
 Status memset_device(void*, int, std::size_t) { return no_cuda(); }
-Status capture_begin(void*) { return no_cuda(); }
+Status capture_begin(void*, bool) { return no_cuda(); }
 Result<void*> capture_end(void*, int*) { return no_cuda(); }
 Status graph_launch(void*, void*) { return no_cuda(); }
 void graph_destroy(void*) {}

@@ -138,8 +138,9 @@ void stream_destroy(void* stream);
 Status stream_synchronize(void* stream);
 /// Fill `bytes` of device memory with `byte`.
 Status memset_device(void* ptr, int byte, std::size_t bytes);
-/// Begin capturing `stream` into a graph (global capture mode).
-Status capture_begin(void* stream);
+/// Begin capturing `stream` into a graph: global capture mode, or relaxed (the capturing
+/// thread may also run and synchronise work on other streams meanwhile).
+Status capture_begin(void* stream, bool relaxed = false);
 /// End the capture and instantiate the graph; returns an opaque cudaGraphExec_t. When
 /// `programmatic_edges` is given, it receives the number of the graph's edges of type
 /// cudaGraphDependencyTypeProgrammatic (a kernel launched as a programmatic dependent launch
