@@ -30,10 +30,12 @@ struct AttentionParams {
   /// 0 = off; < 0 is an error.
   std::int32_t sliding_window = 0;
   /// Optional `[num_heads]` fp32: `z_j += slope_h * (j - q_pos)` (DESIGN.md §2.4). Values
-  /// must be finite (they may live on the GPU, so they are not checked: NaN gives NaN rows).
+  /// must be finite: run_attention checks them when they live on the host (kInvalidArgument
+  /// naming the element, nothing written); on the GPU they are read only by the kernels, and
+  /// a NaN gives NaN rows.
   TensorView alibi_slopes;
   /// Optional `[num_heads]` fp32: a raw logit per query head that joins the softmax
-  /// denominator only (DESIGN.md §2.5). Finite or -inf (= no sink); not checked, as above.
+  /// denominator only (DESIGN.md §2.5). Finite or -inf (= no sink); checked as above.
   TensorView sinks;
 };
 

@@ -45,7 +45,9 @@ struct KVCache {
   /// on the cache's device. When defined they replace k_scale / v_scale for the writer and
   /// every reader, and they are read by the kernels at run time, never on the host, so a CUDA
   /// graph replayed after the values changed uses the new values. Both or neither; only for fp8
-  /// caches; values must be finite and > 0 (not checked: they may live on the GPU).
+  /// caches; values must be finite and > 0: run_attention and write_kv check them when they
+  /// live on the host (kInvalidArgument naming the element, nothing written); GPU values are
+  /// not checked.
   TensorView k_scales;
   TensorView v_scales;
 };

@@ -59,10 +59,12 @@ class KVCache:
         k_scales, v_scales: optional fp8 scales as tensors on the cache's device, fp32,
             contiguous, shape ``[1]`` (per tensor) or ``[KVH]`` (per KV head, as calibrated
             checkpoints ship them); both or neither, fp8 caches only. They replace k_scale /
-            v_scale in write_kv and every reader, and are read by the kernels when they run,
-            never on the host: changing their values in place (``k_scales.copy_(new)``) is
-            seen by the next call, and by a replayed CUDA graph. Not supported under
-            torch.compile (NotImplementedError).
+            v_scale in write_kv and every reader, and are read when the call runs, not when
+            the cache or the plan is made: changing their values in place
+            (``k_scales.copy_(new)``) is seen by the next call, and by a replayed CUDA graph.
+            Values must be finite and > 0: CPU tensors are checked at every call (ValueError
+            naming the element, nothing written); CUDA ones are read only by the kernels.
+            Not supported under torch.compile (NotImplementedError).
 
     Raises:
         ValueError: shapes, strides or dtypes that do not form a cache (the message names
@@ -287,9 +289,12 @@ class BatchAttention:
             scale: softmax scale, default 1 / sqrt(head_size).
             softcap: ``z = softcap * tanh(z / softcap)`` after scaling; 0 = off.
             sliding_window: keys with ``q_pos - j < sliding_window``; 0 = off.
-            alibi_slopes: optional ``[H]`` fp32 on the run device (``z += slope * (j - q_pos)``).
+            alibi_slopes: optional ``[H]`` fp32 on the run device (``z += slope * (j - q_pos)``),
+                finite.
             sinks: optional ``[H]`` fp32 on the run device: a logit per head that joins the
-                softmax denominator only (finite or -inf).
+                softmax denominator only (finite or -inf). Both are read in place at each run;
+                CPU values are checked there (ValueError naming the element, nothing written),
+                CUDA ones are read only by the kernels (a NaN gives NaN rows).
             cache, q_dtype, return_lse: when given, the plan for a query of `q_dtype` (default:
                 the cache dtype) on caches like `cache` is made now, so that run() does no
                 planning (needed before CUDA-graph capture); otherwise run() plans on its first
@@ -403,12 +408,16 @@ class BatchAttention:
             st.fast[key] = p
         if out is None:
             out = fw.empty(query, query.shape, fw.dtype_name(query.dtype, "query"))
-        out_arg = conv(out) if out.__class__ is query.__class__ else fw.arg(out, "out")
+        try:
+            q_arg = conv(query)
+            out_arg = conv(out) if out.__class__ is query.__class__ else fw.arg(out, "out")
+        except BufferError as e:  # a tensor DLPack cannot export (meta, or another device)
+            raise _export_error(e, query=query, out=out) from e
         if return_lse:
             lse = fw.empty(query, (st.num_tokens, st.num_heads), "fp32")
-            _run_planned(p, conv(query), cache._c, out_arg, conv(lse), stream)
+            _run_planned(p, q_arg, cache._c, out_arg, conv(lse), stream)
             return out, lse
-        _run_planned(p, conv(query), cache._c, out_arg, None, stream)
+        _run_planned(p, q_arg, cache._c, out_arg, None, stream)
         return out
 
     def explain(self, cache: KVCache, q_dtype=None, return_lse: bool = False) -> dict:
@@ -424,6 +433,19 @@ class BatchAttention:
     def workspace_bytes(self) -> int:
         """Bytes of the workspace the wrapper holds (the largest plan's need)."""
         return 0 if self._state is None else self._state.workspace_bytes
+
+
+def _export_error(err, **named) -> ValueError:
+    """A ValueError naming the first of `named` that DLPack cannot export (`err`: the
+    BufferError one of them raised), e.g. a tensor on the meta device."""
+    for name, x in named.items():
+        try:
+            fw.arg(x, name)
+        except BufferError as e:
+            dev = getattr(x, "device", "?")
+            return ValueError(f"{name}: a tensor on device {dev} cannot be passed to pagedattn "
+                              f"({e}); expected a CPU or CUDA tensor")
+    return ValueError(f"query/out: cannot be passed to pagedattn ({err})")
 
 
 def _op_run(plan_id, query, cache, out, return_lse, st):

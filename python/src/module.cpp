@@ -10,6 +10,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -335,6 +336,32 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
 
 void bind_testing(nb::module_& m);  // testing_module.cpp
 
+namespace {
+
+// The C++ API calls the cache tensors key_cache / value_cache; Python's arguments and
+// attributes are k_cache / v_cache (KVCache, the torch ops), so messages use those names.
+std::string python_names(std::string msg) {
+  auto is_ident = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
+  };
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"key_cache", "k_cache"},
+                                 std::pair<std::string, std::string>{"value_cache", "v_cache"}}) {
+    for (std::size_t at = msg.find(from); at != std::string::npos; at = msg.find(from, at)) {
+      const bool whole = (at == 0 || !is_ident(msg[at - 1])) &&
+                         (at + from.size() == msg.size() || !is_ident(msg[at + from.size()]));
+      if (whole) {
+        msg.replace(at, from.size(), to);
+        at += to.size();
+      } else {
+        at += from.size();
+      }
+    }
+  }
+  return msg;
+}
+
+}  // namespace
+
 void init_module(nb::module_& m) {
   m.doc() = "pagedattn C++ API (use the `pagedattn` package, not this module)";
   // Objects that pytest parametrisations or torch caches still hold at interpreter exit are
@@ -347,7 +374,7 @@ void init_module(nb::module_& m) {
       PyObject* type = PyExc_RuntimeError;
       if (e.status.code() == StatusCode::kInvalidArgument) type = PyExc_ValueError;
       if (e.status.code() == StatusCode::kUnsupported) type = PyExc_NotImplementedError;
-      PyErr_SetString(type, e.status.message().c_str());
+      PyErr_SetString(type, python_names(e.status.message()).c_str());
     }
   });
 

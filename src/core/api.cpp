@@ -146,6 +146,9 @@ Status run_attention(const AttentionPlan& plan, const AttentionArgs& args, void*
                    " is not a multiple of " + std::to_string(kWorkspaceAlignment) +
                    " bytes (cudaMalloc and framework allocations are; an offset into a larger "
                    "buffer must keep that alignment)");
+  // Host-resident parameter tensors (a CPU call's) are checked here, at every run, since
+  // their values may change after planning; device ones are read only by the kernels.
+  PAGEDATTN_RETURN_IF_ERROR(validate::host_parameter_values(args.params, args.cache, g));
   if (args.query.shape[0] == 0) return Status::Ok();
   if (args.query.device.type == DeviceType::kCUDA)
     return cuda::run_attention(*st, args, workspace, workspace_bytes, stream);
@@ -181,6 +184,7 @@ Status write_kv(const TensorView& key, const TensorView& value, const TensorView
   KVCacheGeometry g;
   PAGEDATTN_RETURN_IF_ERROR(validate::write_kv_args(
       key, value, slot_mapping, cache, on_cpu ? slot_mapping : options.host_slot_mapping, &g));
+  PAGEDATTN_RETURN_IF_ERROR(validate::host_scale_values(cache, g));
   if (slot_mapping.shape[0] == 0) return Status::Ok();
   if (cache.key.device.type == DeviceType::kCUDA)
     return cuda::write_kv(key, value, slot_mapping, cache, g, stream);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -351,6 +352,54 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
   }
   if (geometry) *geometry = g;
   return Status::Ok();
+}
+
+namespace {
+
+/// The elements of a 1-D fp32 host tensor (none for an undefined or device tensor).
+std::vector<float> host_floats(const TensorView& t) {
+  std::vector<float> v;
+  if (!t.defined() || t.data == nullptr || t.device.type != DeviceType::kCPU) return v;
+  const auto* d = static_cast<const float*>(t.data);
+  v.reserve(static_cast<std::size_t>(t.shape[0]));
+  for (std::int64_t i = 0; i < t.shape[0]; ++i) v.push_back(d[i * t.strides[0]]);
+  return v;
+}
+
+std::string value_text(float x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return std::to_string(x);
+}
+
+}  // namespace
+
+Status host_scale_values(const KVCache& cache, const KVCacheGeometry& g) {
+  if (!is_fp8(g.dtype)) return Status::Ok();
+  for (const auto& [t, name] : {std::pair<const TensorView&, const char*>{cache.k_scales, "k_scales"},
+                                std::pair<const TensorView&, const char*>{cache.v_scales, "v_scales"}}) {
+    const std::vector<float> v = host_floats(t);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (!(std::isfinite(v[i]) && v[i] > 0))
+        return invalid(std::string(name) + "[" + s(static_cast<std::int64_t>(i)) + "] = " +
+                       value_text(v[i]) + ": expected a finite value > 0");
+  }
+  return Status::Ok();
+}
+
+Status host_parameter_values(const AttentionParams& p, const KVCache& cache,
+                             const KVCacheGeometry& g) {
+  const std::vector<float> slopes = host_floats(p.alibi_slopes);
+  for (std::size_t i = 0; i < slopes.size(); ++i)
+    if (!std::isfinite(slopes[i]))
+      return invalid("alibi_slopes[" + s(static_cast<std::int64_t>(i)) + "] = " +
+                     value_text(slopes[i]) + ": expected a finite value");
+  const std::vector<float> sinks = host_floats(p.sinks);
+  for (std::size_t i = 0; i < sinks.size(); ++i)
+    if (std::isnan(sinks[i]) || sinks[i] == std::numeric_limits<float>::infinity())
+      return invalid("sinks[" + s(static_cast<std::int64_t>(i)) + "] = " + value_text(sinks[i]) +
+                     ": expected a finite value or -inf (no sink)");
+  return host_scale_values(cache, g);
 }
 
 Status host_metadata(const AttentionArgs& args, const HostMetadata& host,

@@ -54,6 +54,17 @@ Status attention_args(const AttentionArgs& args, bool need_data, KVCacheGeometry
 Status host_metadata(const AttentionArgs& args, const HostMetadata& host,
                      const KVCacheGeometry& geometry, BatchSummary* summary);
 
+/// Values of the per-head parameter tensors that live on the host (a CPU call's tensors;
+/// device tensors are read only by the kernels, so a host check would need a synchronisation
+/// and would miss a CUDA graph replayed with new values): alibi_slopes finite, sinks finite or
+/// -inf, and for fp8 caches k_scales / v_scales finite and > 0 (the rule of k_scale /
+/// v_scale). Run-time checks: the values may change between plan and run.
+/// Errors: kInvalidArgument naming the tensor, the index and the value.
+Status host_parameter_values(const AttentionParams& params, const KVCache& cache,
+                             const KVCacheGeometry& geometry);
+/// The k_scales / v_scales half of host_parameter_values (the writer divides by them).
+Status host_scale_values(const KVCache& cache, const KVCacheGeometry& geometry);
+
 // ---- write_kv ----
 /// Shapes, dtypes, devices; and, when `slots` (a host view of the slot mapping) is defined,
 /// every slot value (< num_slots, no duplicates among non-negative slots).

@@ -232,6 +232,15 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
       q_stop - q_start > seq_len) {
     return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
   }
+  // A seq_len grown past what the block table's row can hold: name seq_lens, not the table.
+  const std::int64_t blocks_needed = (seq_len + job.geo->block_size - 1) / job.geo->block_size;
+  if (blocks_needed > args.block_table.size(1)) {
+    return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
+                            " (" + std::to_string(blocks_needed) + " blocks of " +
+                            std::to_string(job.geo->block_size) + ", more than the " +
+                            std::to_string(args.block_table.size(1)) +
+                            " columns of block_table)");
+  }
   const std::int64_t context_len = seq_len - (q_stop - q_start);
   const std::int64_t first_pos = context_len + (item.q_begin - q_start);
   const std::int64_t last_pos = context_len + (item.q_end - 1 - q_start);
@@ -476,6 +485,47 @@ Status run_items(const Job& job, const std::vector<CpuWorkItem>& items, int num_
   return error;
 }
 
+// Every fact run_item re-checks, for every item, before any item runs: a metadata tensor
+// changed after planning is then an error with nothing written, instead of one found by a
+// worker after others wrote their rows. (run_item keeps its checks: they guard the reads.)
+Status precheck_items(const Job& job, const std::vector<CpuWorkItem>& items) {
+  const AttentionArgs& args = *job.args;
+  const TensorView& bt = args.block_table;
+  const auto* bt_data = static_cast<const std::int32_t*>(bt.data);
+  const std::int64_t block_size = job.geo->block_size;
+  const std::int64_t num_seqs = args.seq_lens.size(0);
+  std::vector<bool> seen(static_cast<std::size_t>(num_seqs), false);
+  for (const CpuWorkItem& item : items) {
+    const std::int64_t s = item.seq;
+    if (s < 0 || s >= num_seqs) return metadata_changed("the number of sequences");
+    const std::int64_t q_start = read_i32(args.query_start_loc, s);
+    const std::int64_t q_stop = read_i32(args.query_start_loc, s + 1);
+    const std::int64_t seq_len = read_i32(args.seq_lens, s);
+    if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end ||
+        q_stop - q_start > seq_len)
+      return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
+    if (seen[static_cast<std::size_t>(s)]) continue;
+    seen[static_cast<std::size_t>(s)] = true;
+    const std::int64_t blocks_needed = (seq_len + block_size - 1) / block_size;
+    if (blocks_needed > bt.size(1))
+      return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
+                              " (" + std::to_string(blocks_needed) + " blocks of " +
+                              std::to_string(block_size) + ", more than the " +
+                              std::to_string(bt.size(1)) + " columns of block_table)");
+    // The blocks of every key some row of the sequence may see (its first row's window on).
+    const std::int64_t window = args.params.sliding_window;
+    const std::int64_t first_pos = seq_len - (q_stop - q_start);
+    const std::int64_t kv_lo = window > 0 ? std::max<std::int64_t>(0, first_pos - window + 1) : 0;
+    for (std::int64_t col = kv_lo / block_size; col < blocks_needed; ++col) {
+      const std::int64_t block = bt_data[s * bt.stride(0) + col * bt.stride(1)];
+      if (block < 0 || block >= job.geo->num_blocks)
+        return metadata_changed("block_table[" + std::to_string(s) + "][" + std::to_string(col) +
+                                "] = " + std::to_string(block));
+    }
+  }
+  return Status::Ok();
+}
+
 int rows_per_item(int group) {
   // Enough (row, head) pairs per item to reuse each converted K/V element many times, few
   // enough that a long prefill splits into many items for the threads.
@@ -555,6 +605,8 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
     job.v_scale = head_scales(args.cache, geo, /*key=*/false);
     job.key = address_cache(args.cache.key, args.cache.layout, /*is_key=*/true, geo);
     job.value = address_cache(args.cache.value, args.cache.layout, /*is_key=*/false, geo);
+
+    PAGEDATTN_RETURN_IF_ERROR(precheck_items(job, plan.cpu_work));
 
     int threads = plan.options.num_threads;
     if (threads <= 0) threads = static_cast<int>(std::thread::hardware_concurrency());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
@@ -117,6 +118,71 @@ TEST(DeviceScales, WriterStoresEachHeadOverItsOwnScale) {
   ASSERT_TRUE(
       reference_write_kv(k, v, TensorView::contiguous(f.slots.data(), DType::kInt64, {f.L}), ref).ok());
   EXPECT_TRUE(rk == f.kc && rv == f.vc);
+}
+
+// Host-resident parameter tensors are checked at run time like their scalar twins: a scale
+// tensor element that is NaN, inf, 0 or negative, a sink that is NaN or +inf, an ALiBi slope
+// that is not finite. The error names the element; the output and the cache stay as they were.
+TEST(DeviceScales, BadHostParameterValuesAreErrorsThatWriteNothing) {
+  const float nan = std::nanf(""), inf = INFINITY;
+  struct Bad {
+    const char* tensor;
+    int index;
+    float value;
+    const char* expect;
+  };
+  const Bad cases[] = {
+      {"k_scales", 1, nan, "k_scales[1] = nan: expected a finite value > 0"},
+      {"k_scales", 0, inf, "k_scales[0] = inf: expected a finite value > 0"},
+      {"v_scales", 1, 0.0f, "v_scales[1] = 0.000000: expected a finite value > 0"},
+      {"v_scales", 0, -1.0f, "v_scales[0] = -1.000000: expected a finite value > 0"},
+      {"sinks", 1, nan, "sinks[1] = nan: expected a finite value or -inf (no sink)"},
+      {"sinks", 0, inf, "sinks[0] = inf: expected a finite value or -inf (no sink)"},
+      {"alibi_slopes", 1, -inf, "alibi_slopes[1] = -inf: expected a finite value"},
+  };
+  for (const Bad& b : cases) {
+    SCOPED_TRACE(b.expect);
+    PerHeadFixture f;
+    ASSERT_TRUE(f.write().ok());
+    std::vector<float> sinks{0.5f, -INFINITY}, slopes{0.25f, 0.5f};
+    if (std::string(b.tensor) == "k_scales") f.ks[static_cast<std::size_t>(b.index)] = b.value;
+    if (std::string(b.tensor) == "v_scales") f.vs[static_cast<std::size_t>(b.index)] = b.value;
+    if (std::string(b.tensor) == "sinks") sinks[static_cast<std::size_t>(b.index)] = b.value;
+    if (std::string(b.tensor) == "alibi_slopes") slopes[static_cast<std::size_t>(b.index)] = b.value;
+    std::vector<float> out, lse;
+    AttentionArgs a = f.args(&out, &lse);
+    a.params.sinks = TensorView::contiguous(sinks.data(), DType::kFloat32, {f.H});
+    a.params.alibi_slopes = TensorView::contiguous(slopes.data(), DType::kFloat32, {f.H});
+    std::vector<float> out_before = out;
+    auto plan = plan_attention(a, HostMetadata::from_args(a));
+    ASSERT_TRUE(plan.ok()) << plan.status().to_string();  // values are a run-time matter
+    std::vector<unsigned char> ws(plan->workspace_bytes());
+    const Status st = run_attention(*plan, a, ws.data(), ws.size());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(b.expect), std::string::npos) << st.to_string();
+    EXPECT_EQ(std::memcmp(out.data(), out_before.data(), out.size() * sizeof(float)), 0)
+        << "out was written";
+    for (float x : lse) EXPECT_TRUE(std::isnan(x)) << "lse was written";
+    // The writer divides by the scales: it refuses them too, and the cache keeps its codes.
+    const std::string t = b.tensor;
+    if (t == "k_scales" || t == "v_scales") {
+      const std::vector<std::uint8_t> kc = f.kc, vc = f.vc;
+      const Status w = f.write();
+      EXPECT_EQ(w.code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(w.message().find(b.expect), std::string::npos) << w.to_string();
+      EXPECT_TRUE(kc == f.kc && vc == f.vc) << "the cache was written";
+    }
+  }
+  // -inf sinks and finite values pass (the control).
+  PerHeadFixture f;
+  ASSERT_TRUE(f.write().ok());
+  std::vector<float> sinks{-INFINITY, 1.0f}, slopes{0.0f, -0.5f};
+  std::vector<float> out, lse;
+  AttentionArgs a = f.args(&out, &lse);
+  a.params.sinks = TensorView::contiguous(sinks.data(), DType::kFloat32, {f.H});
+  a.params.alibi_slopes = TensorView::contiguous(slopes.data(), DType::kFloat32, {f.H});
+  EXPECT_TRUE(paged_attention(a, HostMetadata::from_args(a)).ok());
+  for (float x : out) EXPECT_TRUE(std::isfinite(x));
 }
 
 TEST(DeviceScales, PerHeadScalesMatchTheHandComputedResult) {

@@ -201,7 +201,7 @@ def test_cache_errors(device):
         mk = (lambda *s, dtype=torch.float32: torch.zeros(s, dtype=dtype, device=device))
     else:
         mk = (lambda *s, dtype=np.float32: np.zeros(s, dtype))
-    with pytest.raises(ValueError, match=r"value_cache.shape\[3\]"):
+    with pytest.raises(ValueError, match=r"v_cache.shape\[3\]"):
         pagedattn.KVCache(mk(4, 16, 2, 64), mk(4, 16, 2, 32))
     with pytest.raises(ValueError, match="layout"):
         pagedattn.KVCache(mk(4, 16, 2, 64), mk(4, 16, 2, 64), layout="nchw")
@@ -319,3 +319,56 @@ def test_query_of_the_wrong_rank_is_named():
         for call in (pagedattn.paged_attention, pagedattn.explain):
             with pytest.raises(ValueError, match=r"query\.ndim = [24]: expected 3"):
                 call(q, p.cache, p.block_table, p.seq_lens, p.query_start_loc)
+
+
+def test_host_parameter_values_are_checked_at_run(device):
+    # Per-head tensors on the host are checked like their scalar twins, at every run (their
+    # values may change after the plan); the error names the element and nothing is written.
+    if device == "cuda":
+        pytest.skip("device-resident values are read only by the kernels (documented)")
+    torch = pytest.importorskip("torch")
+    p = Problem("torch", device)
+    q = p.t(p.query)
+    sinks = torch.zeros(p.H, dtype=torch.float32)
+    w = pagedattn.BatchAttention(device)
+    w.plan(p.t(p.block_table), p.t(p.seq_lens), p.t(p.query_start_loc), num_heads=p.H,
+           num_kv_heads=p.KVH, head_size=p.D, cache=p.cache, sinks=sinks)
+    out = torch.full_like(q, 7.0)
+    for bad, text in ((float("nan"), r"sinks\[1\] = nan"), (float("inf"), r"sinks\[1\] = inf")):
+        sinks[1] = bad
+        with pytest.raises(ValueError, match=text + ": expected a finite value or -inf"):
+            w.run(q, p.cache, out=out)
+        assert bool((out == 7.0).all())
+    sinks[1] = float("-inf")  # no sink for that head
+    assert bool(torch.isfinite(w.run(q, p.cache)).all())
+    with pytest.raises(ValueError, match=r"alibi_slopes\[0\] = nan: expected a finite value"):
+        pagedattn.paged_attention(q, p.cache, p.t(p.block_table), p.t(p.seq_lens),
+                                  p.t(p.query_start_loc),
+                                  alibi_slopes=torch.tensor([float("nan")] + [0.0] * (p.H - 1)))
+    # fp8 scale tensors: the reader and the writer (which divides by them).
+    kc = torch.zeros((8, p.BS, p.KVH, p.D), dtype=torch.float8_e4m3fn)
+    vc = torch.zeros_like(kc)
+    ks, vs = torch.ones(p.KVH), torch.ones(p.KVH)
+    c8 = pagedattn.KVCache(kc, vc, k_scales=ks, v_scales=vs)
+    ks[1] = 0.0
+    with pytest.raises(ValueError, match=r"k_scales\[1\] = 0.000000: expected a finite value > 0"):
+        pagedattn.write_kv(torch.ones(1, p.KVH, p.D), torch.ones(1, p.KVH, p.D),
+                           torch.tensor([3]), c8)
+    assert not bool(kc.view(torch.uint8).any())
+    ks[1] = 1.0
+    vs[0] = float("nan")
+    bt = torch.tensor([[0]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"v_scales\[0\] = nan"):
+        pagedattn.paged_attention(q[:1], c8, bt, torch.tensor([1], dtype=torch.int32),
+                                  torch.tensor([0, 1], dtype=torch.int32))
+
+
+def test_tensor_dlpack_cannot_export_is_a_value_error_naming_it():
+    torch = pytest.importorskip("torch")
+    p = Problem("torch")
+    w = p.plan()
+    q = torch.empty(p.num_tokens, p.H, p.D, device="meta")
+    with pytest.raises(ValueError, match="query: a tensor on device meta cannot be passed"):
+        w.run(q, p.cache)
+    with pytest.raises(ValueError, match="out: a tensor on device meta cannot be passed"):
+        w.run(p.t(p.query), p.cache, out=torch.empty(p.num_tokens, p.H, p.D, device="meta"))

@@ -342,6 +342,48 @@ TEST_F(AttentionValidation, SinksWrongDtype) {
   args.params.sinks = TensorView::contiguous(sinks.data(), DType::kBFloat16, {H});
   Expect(StatusCode::kInvalidArgument, "sinks.dtype");
 }
+// Values of host-resident per-head tensors: checked at run time (they may change after the
+// plan), naming the element; a -inf sink means "no sink" and passes.
+TEST_F(AttentionValidation, SinkNaNOrPlusInfIsRejected) {
+  args.params.sinks = TensorView::contiguous(sinks.data(), DType::kFloat32, {H});
+  sinks[2] = kNaN;
+  Expect(StatusCode::kInvalidArgument, "sinks[2] = nan: expected a finite value or -inf");
+  sinks[2] = kInf;
+  Expect(StatusCode::kInvalidArgument, "sinks[2] = inf: expected a finite value or -inf");
+  sinks[2] = -kInf;
+  EXPECT_TRUE(paged_attention(args, HostMetadata::from_args(args)).ok());
+}
+TEST_F(AttentionValidation, AlibiNonFiniteIsRejectedAtRunAfterAGoodPlan) {
+  args.params.alibi_slopes = TensorView::contiguous(alibi.data(), DType::kFloat32, {H});
+  auto plan = plan_attention(args, HostMetadata::from_args(args));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::vector<unsigned char> ws(plan->workspace_bytes());
+  alibi[0] = kInf;  // changed in place after planning
+  EXPECT_REJECTED(run_attention(*plan, args, ws.data(), ws.size()), StatusCode::kInvalidArgument,
+                  "alibi_slopes[0] = inf: expected a finite value");
+  ExpectUntouched();
+}
+
+// Metadata changed in place after planning (the CPU backend reads the caller's tensors at
+// run time): a sequence grown past what its block-table row holds names seq_lens, a block id
+// out of range names its entry, and no row of any sequence is written (the checks run before
+// any work item, not in the worker that meets the change).
+TEST_F(AttentionValidation, MetadataChangedAfterThePlanIsAnErrorThatWritesNothing) {
+  auto plan = plan_attention(args, HostMetadata::from_args(args));
+  ASSERT_TRUE(plan.ok()) << plan.status().to_string();
+  std::vector<unsigned char> ws(plan->workspace_bytes());
+  seq_lens[1] = 100;  // the last sequence: the first's rows would be written first otherwise
+  EXPECT_REJECTED(run_attention(*plan, args, ws.data(), ws.size()), StatusCode::kInvalidArgument,
+                  "seq_lens[1] = 100 (25 blocks of 4, more than the 2 columns of block_table)");
+  ExpectUntouched();
+  seq_lens[1] = 3;
+  block_table[2] = NB;  // sequence 1's first block
+  EXPECT_REJECTED(run_attention(*plan, args, ws.data(), ws.size()), StatusCode::kInvalidArgument,
+                  "block_table[1][0] = 8");
+  ExpectUntouched();
+  block_table[2] = 1;
+  EXPECT_TRUE(run_attention(*plan, args, ws.data(), ws.size()).ok());  // restored: runs
+}
 
 // ---- devices
 TEST_F(AttentionValidation, MixedDevicesAreRejected) {
