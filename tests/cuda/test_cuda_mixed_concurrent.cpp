@@ -4,6 +4,7 @@
 // capture that the second stream joined is still open.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,7 +100,9 @@ TEST(CudaMixedConcurrent, ForkedEqualsSerialBitForBitAndCaptures) {
       EXPECT_TRUE(reason_has(pr, "before the prefill kernel")) << ch.reason;
       PA_ASSERT_OK(pr.poison_outputs());
       PA_ASSERT_OK(cuda::device_synchronize());
+      const std::int64_t forks = cuda::forks_on_this_thread();
       PA_ASSERT_OK(pr.run(*stream));
+      EXPECT_EQ(cuda::forks_on_this_thread(), forks) << "mode 0 forked";
       PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
       EXPECT_EQ(pr.check_against_oracle(), "");
       serial_out = pr.out_bytes();
@@ -116,7 +119,9 @@ TEST(CudaMixedConcurrent, ForkedEqualsSerialBitForBitAndCaptures) {
       for (int rep = 0; rep < 3; ++rep) {
         PA_ASSERT_OK(pr.poison_outputs());
         PA_ASSERT_OK(cuda::device_synchronize());
+        const std::int64_t forks = cuda::forks_on_this_thread();
         PA_ASSERT_OK(pr.run(*stream));
+        EXPECT_EQ(cuda::forks_on_this_thread(), forks + 1) << "the call ran serially";
         // Only the caller's stream is synchronised: the join must make it wait for both.
         PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*stream));
         EXPECT_TRUE(pr.out_bytes() == serial_out) << "run " << rep << ": out differs from serial";
@@ -128,6 +133,7 @@ TEST(CudaMixedConcurrent, ForkedEqualsSerialBitForBitAndCaptures) {
       PA_ASSERT_OK(pr.run(nullptr));
       PA_ASSERT_OK(cuda::testsupport::stream_synchronize(nullptr));
       EXPECT_TRUE(pr.out_bytes() == serial_out) << "legacy stream: out differs from serial";
+      EXPECT_TRUE(pr.lse_bytes() == serial_lse) << "legacy stream: lse differs from serial";
       ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
     }
     cuda::testsupport::stream_destroy(*stream);
@@ -195,8 +201,12 @@ TEST(CudaMixedConcurrent, EagerCallDuringAnOpenCaptureDoesNotJoinIt) {
   ConcurrentMode mode(1);
   PA_ASSERT_OK(pc.plan());
   PA_ASSERT_OK(pe.plan());
+  ASSERT_TRUE(reason_has(pe, "(its rows on a second stream"))
+      << pe.attention_plan().choice().reason;
+  // Both run once before the capture: their kernels are loaded, the second stream exists.
+  PA_ASSERT_OK(pe.run(*s_eager));
   PA_ASSERT_OK(pc.run(*s_capture));
-  PA_ASSERT_OK(cuda::testsupport::stream_synchronize(*s_capture));
+  PA_ASSERT_OK(cuda::device_synchronize());
   EXPECT_EQ(pc.check_against_oracle(), "");
   const auto expected = pc.out_bytes();
   PA_ASSERT_OK(pc.poison_outputs());
@@ -204,10 +214,15 @@ TEST(CudaMixedConcurrent, EagerCallDuringAnOpenCaptureDoesNotJoinIt) {
   PA_ASSERT_OK(cuda::device_synchronize());
 
   PA_ASSERT_OK(cuda::testsupport::capture_begin(*s_capture, /*relaxed=*/true));
+  const std::int64_t f0 = cuda::forks_on_this_thread();
   const Status in_capture = pc.run(*s_capture);  // forks: the second stream joins the capture
+  const std::int64_t f1 = cuda::forks_on_this_thread();
   const Status beside = pe.run(*s_eager);         // eager, while the capture is open
+  const std::int64_t f2 = cuda::forks_on_this_thread();
   const Status synced = cuda::testsupport::stream_synchronize(*s_eager);
   auto exec = cuda::testsupport::capture_end(*s_capture);
+  EXPECT_EQ(f1, f0 + 1) << "the captured call did not fork";
+  EXPECT_EQ(f2, f1) << "the eager call forked onto a stream inside the open capture";
   PA_ASSERT_OK(in_capture);
   PA_ASSERT_OK(beside);
   PA_ASSERT_OK(synced);

@@ -328,11 +328,12 @@ TEST(PrefillWgmmaSelect, MixedBatchSaysWhetherTheKernelsRunConcurrently) {
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     ASSERT_TRUE(c->decode_rows_fast_path && c->prefill_rows_wgmma) << c->reason;
     const bool prefill_forked =
-        c->reason.find("concurrently with the prefill kernel (its rows on a second stream") !=
+        c->reason.find("concurrently with the prefill kernel where the call allows (its rows on "
+                       "a second stream") !=
         std::string::npos;
     const bool decode_forked =
-        c->reason.find("concurrently with the prefill kernel (the decode rows on a second "
-                       "stream") != std::string::npos;
+        c->reason.find("concurrently with the prefill kernel where the call allows (the decode "
+                       "rows on a second stream") != std::string::npos;
     const bool serial =
         c->reason.find("before the prefill kernel on the call's stream") != std::string::npos;
     EXPECT_EQ(serial, mode == 0) << c->reason;

@@ -19,14 +19,16 @@ namespace {
 
 // How a mixed batch orders its decode and prefill kernels (mixed_concurrent_mode).
 std::string mixed_order_note(int mode) {
+  // "Where the call allows": a call whose tensors fall back to the tiled kernel, or whose
+  // second stream still belongs to another open capture, runs the two serially.
   if (mode == 1)
-    return ", concurrently with the prefill kernel (its rows on a second stream forked from "
-           "the call's stream, enqueued first, and joined back before the call returns; "
-           "PAGEDATTN_MIXED_CONCURRENT=1)";
+    return ", concurrently with the prefill kernel where the call allows (its rows on a second "
+           "stream forked from the call's stream, enqueued first, and joined back before the "
+           "call returns; PAGEDATTN_MIXED_CONCURRENT=1)";
   if (mode == 2)
-    return ", concurrently with the prefill kernel (the decode rows on a second stream forked "
-           "from the call's stream, enqueued first, and joined back before the call returns; "
-           "PAGEDATTN_MIXED_CONCURRENT=2)";
+    return ", concurrently with the prefill kernel where the call allows (the decode rows on a "
+           "second stream forked from the call's stream, enqueued first, and joined back before "
+           "the call returns; PAGEDATTN_MIXED_CONCURRENT=2)";
   return ", before the prefill kernel on the call's stream (PAGEDATTN_MIXED_CONCURRENT=1 or 2 "
          "runs the two concurrently)";
 }

@@ -3,6 +3,7 @@
 // GPU instead of running one after the other. Host code of the CUDA backend (CUDA builds only).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "pagedattn/status.h"
@@ -19,7 +20,8 @@ using StreamWork = std::function<Status(void* stream)>;
 /// stream capture the second stream joins the capture and the graph holds a fork and a join
 /// (CUDA Programming Guide, "Cross-stream dependencies and events").
 ///
-/// `side` is enqueued first, so that its CTAs are dispatched before `main`'s. `device` is the
+/// `side` is enqueued first, so that its CTAs tend to be dispatched before `main`'s (CUDA
+/// promises no order between streams: a performance hope, not a guarantee). `device` is the
 /// current device (the caller's DeviceGuard); the second stream and the two events are created
 /// once per thread and device (cudaStreamNonBlocking, cudaEventDisableTiming), under the
 /// relaxed capture mode, so a first call inside a capture does not invalidate it. When they
@@ -27,9 +29,14 @@ using StreamWork = std::function<Status(void* stream)>;
 /// (a stream that joined a capture stays in it until the capture ends), both run on `stream`,
 /// `side` first (the same results, serially).
 ///
-/// Errors: the first failure of the event calls, `side` or `main`. The join is enqueued even
-/// when `side` or `main` failed, so that a capture in progress is never left forked.
+/// Errors: the first failure of the event calls, `side` or `main`; after a failure of `side`,
+/// `main` is not run (as in the serial order). The join is enqueued even when `side` or
+/// `main` failed, so that a capture in progress is never left forked. A thread must not exit
+/// while a capture that its second stream joined is open.
 Status run_forked(void* stream, int device, const StreamWork& side, const StreamWork& main);
+
+/// How many calls of this thread forked (tests: the concurrent path ran, not the fallback).
+std::int64_t forks_on_this_thread();
 
 /// How a mixed batch (decode rows on the decode fast path, chunks on a tensor-core prefill
 /// kernel) orders its two kernels, from PAGEDATTN_MIXED_CONCURRENT (read once): 0 (unset or
