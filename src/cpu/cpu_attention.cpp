@@ -213,6 +213,29 @@ Status metadata_changed(const std::string& what) {
                 "run_attention: " + what + " differs from the metadata the plan was made for");
 }
 
+/// The metadata facts one work item's addressing depends on, read from the caller's tensors:
+/// its rows inside the sequence's query range, the query no longer than the sequence, and a
+/// block-table row wide enough for seq_len (a seq_len grown after planning names seq_lens).
+Status check_item_metadata(const Job& job, const CpuWorkItem& item) {
+  const AttentionArgs& args = *job.args;
+  const std::int64_t s = item.seq;
+  if (s < 0 || s >= args.seq_lens.size(0)) return metadata_changed("the number of sequences");
+  const std::int64_t q_start = read_i32(args.query_start_loc, s);
+  const std::int64_t q_stop = read_i32(args.query_start_loc, s + 1);
+  const std::int64_t seq_len = read_i32(args.seq_lens, s);
+  if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end ||
+      q_stop - q_start > seq_len)
+    return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
+  const std::int64_t block_size = job.geo->block_size;
+  const std::int64_t blocks_needed = (seq_len + block_size - 1) / block_size;
+  if (blocks_needed > args.block_table.size(1))
+    return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
+                            " (" + std::to_string(blocks_needed) + " blocks of " +
+                            std::to_string(block_size) + ", more than the " +
+                            std::to_string(args.block_table.size(1)) + " columns of block_table)");
+  return Status::Ok();
+}
+
 /// One work item: query rows [q_begin, q_end) of a sequence against one KV head.
 template <class Dec>
 Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
@@ -224,23 +247,12 @@ Status run_item(const Job& job, const CpuWorkItem& item, Scratch& sc) {
   const std::int64_t g = item.kv_head;
 
   // The plan was made from host copies of these values; re-check the few facts the addressing
-  // below depends on so that a changed metadata tensor cannot send a read out of bounds.
+  // below depends on so that a changed metadata tensor cannot send a read out of bounds
+  // (precheck_items did so before any item ran; this guards the reads themselves).
+  PAGEDATTN_RETURN_IF_ERROR(check_item_metadata(job, item));
   const std::int64_t q_start = read_i32(args.query_start_loc, s);
   const std::int64_t q_stop = read_i32(args.query_start_loc, s + 1);
   const std::int64_t seq_len = read_i32(args.seq_lens, s);
-  if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end ||
-      q_stop - q_start > seq_len) {
-    return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
-  }
-  // A seq_len grown past what the block table's row can hold: name seq_lens, not the table.
-  const std::int64_t blocks_needed = (seq_len + job.geo->block_size - 1) / job.geo->block_size;
-  if (blocks_needed > args.block_table.size(1)) {
-    return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
-                            " (" + std::to_string(blocks_needed) + " blocks of " +
-                            std::to_string(job.geo->block_size) + ", more than the " +
-                            std::to_string(args.block_table.size(1)) +
-                            " columns of block_table)");
-  }
   const std::int64_t context_len = seq_len - (q_stop - q_start);
   const std::int64_t first_pos = context_len + (item.q_begin - q_start);
   const std::int64_t last_pos = context_len + (item.q_end - 1 - q_start);
@@ -493,30 +505,21 @@ Status precheck_items(const Job& job, const std::vector<CpuWorkItem>& items) {
   const TensorView& bt = args.block_table;
   const auto* bt_data = static_cast<const std::int32_t*>(bt.data);
   const std::int64_t block_size = job.geo->block_size;
-  const std::int64_t num_seqs = args.seq_lens.size(0);
-  std::vector<bool> seen(static_cast<std::size_t>(num_seqs), false);
+  std::vector<bool> seen(static_cast<std::size_t>(args.seq_lens.size(0)), false);
   for (const CpuWorkItem& item : items) {
+    PAGEDATTN_RETURN_IF_ERROR(check_item_metadata(job, item));
     const std::int64_t s = item.seq;
-    if (s < 0 || s >= num_seqs) return metadata_changed("the number of sequences");
-    const std::int64_t q_start = read_i32(args.query_start_loc, s);
-    const std::int64_t q_stop = read_i32(args.query_start_loc, s + 1);
-    const std::int64_t seq_len = read_i32(args.seq_lens, s);
-    if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end ||
-        q_stop - q_start > seq_len)
-      return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
     if (seen[static_cast<std::size_t>(s)]) continue;
     seen[static_cast<std::size_t>(s)] = true;
-    const std::int64_t blocks_needed = (seq_len + block_size - 1) / block_size;
-    if (blocks_needed > bt.size(1))
-      return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
-                              " (" + std::to_string(blocks_needed) + " blocks of " +
-                              std::to_string(block_size) + ", more than the " +
-                              std::to_string(bt.size(1)) + " columns of block_table)");
     // The blocks of every key some row of the sequence may see (its first row's window on).
+    const std::int64_t q_len = read_i32(args.query_start_loc, s + 1) -
+                               read_i32(args.query_start_loc, s);
+    const std::int64_t seq_len = read_i32(args.seq_lens, s);
     const std::int64_t window = args.params.sliding_window;
-    const std::int64_t first_pos = seq_len - (q_stop - q_start);
+    const std::int64_t first_pos = seq_len - q_len;
     const std::int64_t kv_lo = window > 0 ? std::max<std::int64_t>(0, first_pos - window + 1) : 0;
-    for (std::int64_t col = kv_lo / block_size; col < blocks_needed; ++col) {
+    for (std::int64_t col = kv_lo / block_size; col < (seq_len + block_size - 1) / block_size;
+         ++col) {
       const std::int64_t block = bt_data[s * bt.stride(0) + col * bt.stride(1)];
       if (block < 0 || block >= job.geo->num_blocks)
         return metadata_changed("block_table[" + std::to_string(s) + "][" + std::to_string(col) +
