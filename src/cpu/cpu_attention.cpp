@@ -223,9 +223,13 @@ Status check_item_metadata(const Job& job, const CpuWorkItem& item) {
   const std::int64_t q_start = read_i32(args.query_start_loc, s);
   const std::int64_t q_stop = read_i32(args.query_start_loc, s + 1);
   const std::int64_t seq_len = read_i32(args.seq_lens, s);
-  if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end ||
-      q_stop - q_start > seq_len)
-    return metadata_changed("query_start_loc / seq_lens of sequence " + std::to_string(s));
+  if (item.q_begin < q_start || item.q_end > q_stop || item.q_begin >= item.q_end)
+    return metadata_changed("query_start_loc[" + std::to_string(s) + ".." +
+                            std::to_string(s + 1) + "] = " + std::to_string(q_start) + ", " +
+                            std::to_string(q_stop));
+  if (q_stop - q_start > seq_len)
+    return metadata_changed("seq_lens[" + std::to_string(s) + "] = " + std::to_string(seq_len) +
+                            " (below its query_len " + std::to_string(q_stop - q_start) + ")");
   const std::int64_t block_size = job.geo->block_size;
   const std::int64_t blocks_needed = (seq_len + block_size - 1) / block_size;
   if (blocks_needed > args.block_table.size(1))

@@ -365,9 +365,10 @@ TEST_F(AttentionValidation, AlibiNonFiniteIsRejectedAtRunAfterAGoodPlan) {
 }
 
 // Metadata changed in place after planning (the CPU backend reads the caller's tensors at
-// run time): a sequence grown past what its block-table row holds names seq_lens, a block id
-// out of range names its entry, and no row of any sequence is written (the checks run before
-// any work item, not in the worker that meets the change).
+// run time): a sequence grown past what its block-table row holds, or shrunk below its query,
+// names seq_lens, a block id out of range names its entry, changed query_start_loc names it,
+// and no row of any sequence is written (the checks run before any work item, not in the
+// worker that meets the change).
 TEST_F(AttentionValidation, MetadataChangedAfterThePlanIsAnErrorThatWritesNothing) {
   auto plan = plan_attention(args, HostMetadata::from_args(args));
   ASSERT_TRUE(plan.ok()) << plan.status().to_string();
@@ -382,6 +383,16 @@ TEST_F(AttentionValidation, MetadataChangedAfterThePlanIsAnErrorThatWritesNothin
                   "block_table[1][0] = 8");
   ExpectUntouched();
   block_table[2] = 1;
+  seq_lens[0] = -5;
+  EXPECT_REJECTED(run_attention(*plan, args, ws.data(), ws.size()), StatusCode::kInvalidArgument,
+                  "seq_lens[0] = -5 (below its query_len 2)");
+  ExpectUntouched();
+  seq_lens[0] = 5;
+  qsl[1] = 1;  // sequence 0's rows were [0, 2)
+  EXPECT_REJECTED(run_attention(*plan, args, ws.data(), ws.size()), StatusCode::kInvalidArgument,
+                  "query_start_loc[");
+  ExpectUntouched();
+  qsl[1] = 2;
   EXPECT_TRUE(run_attention(*plan, args, ws.data(), ws.size()).ok());  // restored: runs
 }
 
