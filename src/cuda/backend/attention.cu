@@ -210,10 +210,16 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   const bool fast = cp->decode_mma && decode_mma_aligned(args);
   if (fast && !cp->mixed)
     return decode_mma_run(args, plan.geometry.block_size, cp->decode, workspace, stream);
+  // The decode rows on the fast path (mixed batches): beside or before the prefill rows.
+  // Plain lambdas: a std::function (run_forked's StreamWork) is made only when forking.
+  auto decode = [&](Stream s) -> Status {
+    return decode_mma_run(args, plan.geometry.block_size, cp->decode,
+                          static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, s);
+  };
   if (cp->prefill_mma && prefill_mma_aligned(args)) {
     // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
     // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
-    const StreamWork prefill = [&](Stream s) {
+    auto prefill = [&](Stream s) -> Status {
       if (cp->prefill_wgmma)
         return prefill_wgmma_run(args, plan.geometry.block_size,
                                  fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
@@ -228,10 +234,6 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
                              s);
     };
     if (!fast) return prefill(stream);
-    const StreamWork decode = [&](Stream s) {
-      return decode_mma_run(args, plan.geometry.block_size, cp->decode,
-                            static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, s);
-    };
     if (cp->mixed_concurrent != 0 && cp->prefill_mma_tiles > 0) {
       // The kernel enqueued first has its CTAs dispatched first; the other's CTAs take the
       // SMs its tail leaves idle instead of waiting for its last CTA.
@@ -246,10 +248,7 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
     return prefill(stream);
   }
   // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
-  if (fast)
-    PAGEDATTN_RETURN_IF_ERROR(decode_mma_run(args, plan.geometry.block_size, cp->decode,
-                                             static_cast<unsigned char*>(workspace) + cp->decode_ws_offset,
-                                             stream));
+  if (fast) PAGEDATTN_RETURN_IF_ERROR(decode(stream));
   const int min_query_len = fast ? 2 : 1;
   const std::int64_t total_tiles = fast ? cp->prefill_tiles : cp->total_tiles;
   if (total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();

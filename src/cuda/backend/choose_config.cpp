@@ -33,10 +33,6 @@ std::string mixed_order_note(int mode) {
          "runs the two concurrently)";
 }
 
-}  // namespace
-
-namespace {
-
 /// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
 /// for a page of `block_size` tokens (prefill_ws_tma_box).
 std::string ws_loader_note(int head, int block_size) {
