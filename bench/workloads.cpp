@@ -168,6 +168,10 @@ std::vector<Workload> prefill_workloads(KVLayout layout) {
   add("P-chunks-8k-h80", "4 x 2048 chunks ending 8192, head 80, block 16", 80, 16, true);
   add("P-chunks-8k-h96", "4 x 2048 chunks ending 8192, head 96, block 16", 96, 16, true);
   add("P-chunks-8k-h192", "4 x 2048 chunks ending 8192, head 192, block 16", 192, 16, true);
+  // fp8 caches (bf16 query): converted by the producer of the Hopper kernel.
+  add("P-chunks-8k-fp8", "4 x 2048 chunks ending 8192, head 128, block 16, fp8 e4m3 cache", 128,
+      16, true);
+  out.back().kv_dtype = DType::kFloat8E4M3;
   return out;
 }
 

@@ -15,14 +15,16 @@
 //    head), for compute-sanitizer;
 //  - PrefillWgmmaV1/CudaPrefillWgmmaV1.*: the sanitizer cases and a few more on the first
 //    version (PlanOptions::wgmma_prefill_v1); every other case runs the warp-specialised one;
-//  - CudaPrefillWgmmaSelect.*: PlanOptions::no_wgmma_prefill and the split layout (not on it
-//    yet) keep prefill_mma, which still matches the oracle.
+//  - CudaPrefillWgmmaSelect.*: PlanOptions::no_wgmma_prefill keeps prefill_mma, and the split
+//    layout with a block size that is not a multiple of 8 the tiled kernel; both still match the
+//    oracle.
 // Without a GPU every test skips.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <ostream>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -266,6 +268,67 @@ std::vector<CaseConfig> wgmma_cases() {
     c.head_pad = 8;
     add(c);
   }
+  // ---- fp8 caches (the producer converts the rows to the query dtype): both kinds, both
+  // query dtypes, the three instances and a masked head, host scalars, per-tensor and
+  // per-KV-head scale tensors (a KV head dequantised with another's scale fails), scales
+  // derived from the data, every feature, padded pages, mixed batches, ring wrap-around.
+  auto fp8 = [&](CaseConfig c, DType kv, testing::ScaleMode mode, float ks, float vs) {
+    c.kv_dtype = kv;
+    c.scales = mode;
+    c.k_scale = ks;
+    c.v_scale = vs;
+    add(c);
+  };
+  using testing::ScaleMode;
+  const DType e4 = DType::kFloat8E4M3, e5 = DType::kFloat8E5M2;
+  fp8(wcase(nhd, 128, b16, 32, 8, 16, {{2, 2}, {300, 130}, {700, 65}, {20, 1}}, "f8_e4_h128"),
+      e4, ScaleMode::kHost, 0.0f, 0.0f);
+  fp8(wcase(hnd, 128, f16, 16, 4, 32, {{129, 129}, {1000, 40}}, "f8_e5_h128"), e5,
+      ScaleMode::kTensor, 0.0f, 0.0f);
+  fp8(wcase(nhd, 64, f16, 32, 8, 16, {{64, 64}, {1300, 200}, {3, 1}}, "f8_e4_h64_perhead"), e4,
+      ScaleMode::kPerHead, 0.0f, 0.0f);
+  fp8(wcase(nhd, 256, b16, 16, 4, 16, {{500, 165}, {70, 70}}, "f8_e5_h256"), e5,
+      ScaleMode::kHost, 0.5f, 2.0f);
+  fp8(wcase(nhd, 80, b16, 16, 4, 24, {{300, 130}, {33, 33}}, "f8_e4_h80_masked"), e4,
+      ScaleMode::kPerHead, 0.0f, 0.0f);
+  fp8(wcase(hnd, 112, f16, 8, 2, 17, {{400, 200}, {20, 3}}, "f8_e5_h112_hnd_bs17"), e5,
+      ScaleMode::kHost, 0.0f, 0.0f);
+  {
+    CaseConfig c = wcase(nhd, 128, b16, 16, 4, 16, {{500, 165}, {130, 2}, {3000, 1}},
+                         "f8_e4_allfeat_mixed");
+    c.sliding_window = 200;
+    c.softcap = 30.0f;
+    c.alibi = true;
+    c.sinks = true;
+    c.page_pad = 32;
+    fp8(c, e4, ScaleMode::kTensor, 0.0f, 0.0f);
+  }
+  // ---- the split layout (key [b, g, d/8, t, 8], value [b, g, d, t]; V^T tiles): chunk edges
+  // (keys from kv_hi on zero-filled inside an 8-token chunk), windows (keys before kv_lo in a
+  // chunk), every instance and a masked head, block sizes 8..544, padded pages, GQA, every
+  // feature, mixed batches.
+  const KVLayout split = KVLayout::kSplit;
+  add(wcase(split, 128, b16, 32, 8, 16, {{2, 2}, {15, 15}, {33, 33}, {300, 65}, {140, 127}},
+            "split_edges"));
+  add(wcase(split, 64, f16, 16, 8, 8, {{1, 1}, {65, 65}, {500, 200}, {3, 3}}, "split_h64_bs8"));
+  add(wcase(split, 256, b16, 8, 2, 32, {{129, 129}, {300, 100}}, "split_h256"));
+  add(wcase(split, 80, f16, 16, 4, 16, {{300, 130}, {20, 1}}, "split_h80_masked"));
+  add(wcase(split, 128, f16, 40, 5, 544, {{700, 300}, {33, 9}}, "split_bs544_gqa8"));
+  {
+    CaseConfig c = wcase(split, 128, b16, 16, 4, 24, {{500, 165}, {130, 2}, {3000, 1}},
+                         "split_allfeat_mixed");
+    c.sliding_window = 150;
+    c.softcap = 30.0f;
+    c.alibi = true;
+    c.sinks = true;
+    c.page_pad = 64;
+    add(c);
+  }
+  {
+    CaseConfig c = wcase(split, 96, b16, 8, 2, 16, {{129, 129}, {500, 200}}, "split_h96_window");
+    c.sliding_window = 37;  // windows that start inside an 8-token chunk
+    add(c);
+  }
   return v;
 }
 
@@ -298,6 +361,27 @@ std::vector<CaseConfig> sanitize_cases() {
   add(wcase(KVLayout::kNHD, 80, b16, 16, 4, 16, {{300, 130}, {3, 2}}, "san_h80"));
   add(wcase(KVLayout::kHND, 136, f16, 8, 8, 32, {{200, 65}, {2, 2}}, "san_h136"));
   add(wcase(KVLayout::kNHD, 96, f16, 8, 2, 24, {{250, 70}, {9, 9}}, "san_h96_bs24"));
+  // fp8 caches: the producer's register path (plain loads, conversion, stores), every head.
+  for (const auto& [head, kv, dt] :
+       {std::tuple<int, DType, DType>{64, DType::kFloat8E4M3, f16},
+        std::tuple<int, DType, DType>{128, DType::kFloat8E5M2, b16},
+        std::tuple<int, DType, DType>{256, DType::kFloat8E4M3, b16},
+        std::tuple<int, DType, DType>{96, DType::kFloat8E5M2, f16}}) {
+    CaseConfig c = wcase(KVLayout::kNHD, head, dt, 8, 2, 16, {{300, 130}, {3, 2}}, "san_f8");
+    c.kv_dtype = kv;
+    c.scales = testing::ScaleMode::kPerHead;
+    c.k_scale = c.v_scale = 0.0f;
+    add(c);
+  }
+  // The split layout's V^T gather, every instance and a masked head, a window inside chunks.
+  add(wcase(KVLayout::kSplit, 64, b16, 8, 2, 8, {{300, 130}, {3, 2}}, "san_split"));
+  add(wcase(KVLayout::kSplit, 128, f16, 8, 2, 16, {{300, 130}, {9, 9}}, "san_split"));
+  add(wcase(KVLayout::kSplit, 256, b16, 8, 2, 32, {{200, 70}, {3, 2}}, "san_split"));
+  {
+    CaseConfig c = wcase(KVLayout::kSplit, 96, f16, 8, 2, 16, {{250, 70}, {9, 9}}, "san_split");
+    c.sliding_window = 21;
+    add(c);
+  }
   return v;
 }
 
@@ -336,8 +420,11 @@ INSTANTIATE_TEST_SUITE_P(SanitizePrefillWgmma, SanitizePrefillWgmma,
 // benchmarks: the sanitizer cases and a few of the matrix, every instantiation.
 std::vector<CaseConfig> v1_cases() {
   std::vector<CaseConfig> v;
-  for (const CaseConfig& c : sanitize_cases())  // the first version has no masked heads
-    if (c.head_size == 64 || c.head_size == 128 || c.head_size == 256) v.push_back(c);
+  // The first version has no masked heads, no fp8 caches and no split layout.
+  for (const CaseConfig& c : sanitize_cases())
+    if ((c.head_size == 64 || c.head_size == 128 || c.head_size == 256) && c.kv_dtype == c.dtype &&
+        c.layout != KVLayout::kSplit)
+      v.push_back(c);
   for (const CaseConfig& c : wgmma_cases())
     if (c.tag == "pwg_edges_ctx" || c.tag == "pwg_h256_window" || c.tag == "pwg_gqa5" ||
         c.tag == "pwg_bs1_mqa8")
@@ -357,6 +444,21 @@ TEST_P(CudaPrefillWgmmaV1, MatchesOracle) {
 INSTANTIATE_TEST_SUITE_P(PrefillWgmmaV1, CudaPrefillWgmmaV1, ::testing::ValuesIn(v1_cases()),
                          case_param_name);
 
+// An fp8 cache with the first version asked for: the tiled kernel takes the chunks (neither
+// the first version nor prefill_mma converts fp8), matches the oracle and says why.
+TEST(CudaPrefillWgmmaSelect, Fp8CacheWithTheFirstVersionFallsBackToTheTiledKernel) {
+  PA_SKIP_WITHOUT_SM90();
+  CaseConfig c = wcase(KVLayout::kNHD, 128, b16, 8, 2, 16, {{300, 130}, {3, 2}}, "f8_v1");
+  c.kv_dtype = DType::kFloat8E4M3;
+  c.plan.wgmma_prefill_v1 = true;
+  const testing::CaseResult r = testing::run_case(named(c));
+  ASSERT_TRUE(r.status.ok()) << r.status.to_string();
+  EXPECT_FALSE(r.choice.prefill_rows_mma) << r.choice.reason;
+  EXPECT_NE(r.choice.reason.find("the first version has none"), std::string::npos)
+      << r.choice.reason;
+  EXPECT_TRUE(r.pass) << r.detail;
+}
+
 // The same case on the wgmma kernel and, with PlanOptions::no_wgmma_prefill, on prefill_mma:
 // both pass, and the option is honoured.
 TEST(CudaPrefillWgmmaSelect, OptionKeepsPrefillMma) {
@@ -371,15 +473,45 @@ TEST(CudaPrefillWgmmaSelect, OptionKeepsPrefillMma) {
   EXPECT_TRUE(r.pass) << r.detail;
 }
 
-// The split layout (not on the wgmma kernel yet) stays on prefill_mma, and says why.
-TEST(CudaPrefillWgmmaSelect, SplitLayoutStaysOnPrefillMma) {
+// The split layout on the warp-specialised kernel with the query's last row at the end of its
+// allocation (a read past it leaves the allocation), then captured in a CUDA graph and
+// replayed from poisoned outputs: the bits of the eager run.
+TEST(CudaPrefillWgmmaSplit, QueryAtAllocationEndAndGraphReplay) {
   PA_SKIP_WITHOUT_SM90();
-  CaseConfig c = named(wcase(KVLayout::kSplit, 128, b16, 16, 4, 16, {{100, 70}, {5, 1}}, "split"));
+  for (int head : {64, 128, 256}) {
+    SCOPED_TRACE("head " + std::to_string(head));
+    ProblemSpec s;
+    s.layout = KVLayout::kSplit;
+    s.head_size = head;
+    s.dtype = s.kv_dtype = b16;
+    s.num_heads = 16;
+    s.num_kv_heads = 4;
+    s.block_size = 16;
+    s.seq_lens = {50, 1, 0, 130, 97};
+    s.query_lens = {1, 1, 0, 64, 33};
+    s.sliding_window = 80;
+    s.sinks = true;
+    s.seed = 90 + head;
+    auto p = Problem::make(s, /*query_at_end=*/true);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    Problem& pr = **p;
+    PA_ASSERT_OK(pr.plan());
+    ASSERT_TRUE(pr.attention_plan().choice().prefill_rows_wgmma_ws)
+        << pr.attention_plan().choice().reason;
+    ASSERT_NO_FATAL_FAILURE(expect_graph_replay_equals_eager(pr));
+  }
+}
+
+// The split layout with a block size that is not a multiple of 8 runs on the tiled kernel
+// (neither tensor-core prefill kernel takes it), matches the oracle and says why.
+TEST(CudaPrefillWgmmaSelect, SplitLayoutOfBlock12RunsOnTheTiledKernel) {
+  PA_SKIP_WITHOUT_SM90();
+  CaseConfig c = named(wcase(KVLayout::kSplit, 128, b16, 16, 4, 12, {{100, 70}, {5, 1}}, "split"));
   const testing::CaseResult r = testing::run_case(c);
   ASSERT_TRUE(r.status.ok()) << r.status.to_string();
-  EXPECT_TRUE(r.choice.prefill_rows_mma) << r.choice.reason;
-  EXPECT_FALSE(r.choice.prefill_rows_wgmma);
-  EXPECT_NE(r.choice.reason.find("split layout"), std::string::npos) << r.choice.reason;
+  EXPECT_FALSE(r.choice.prefill_rows_mma) << r.choice.reason;
+  EXPECT_NE(r.choice.reason.find("split layout with block_size 12"), std::string::npos)
+      << r.choice.reason;
   EXPECT_TRUE(r.pass) << r.detail;
 }
 

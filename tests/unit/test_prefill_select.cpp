@@ -193,8 +193,11 @@ TEST(PrefillMmaSelect, SelectKernelExplainsWhyNot) {
   };
   std::vector<Case> cases;
   {
+    // fp8 caches run on the Hopper kernel (its producer converts them); without it,
+    // prefill_mma says why not.
     Case c{"fp8 cache", mixed_problem(), {}, "cache dtype differs"};
     c.problem.cache_dtype = DType::kFloat8E4M3;
+    c.options.no_wgmma_prefill = true;
     cases.push_back(c);
   }
   {
@@ -223,6 +226,18 @@ TEST(PrefillMmaSelect, SelectKernelExplainsWhyNot) {
     EXPECT_NE(k->reason.find("tensor-core prefill kernel not used"), std::string::npos)
         << c.what << ": " << k->reason;
     EXPECT_NE(k->reason.find(c.fragment), std::string::npos) << c.what << ": " << k->reason;
+  }
+  // fp8 caches take the warp-specialised Hopper kernel, which says how it converts them.
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+    ProblemDesc f8 = mixed_problem();
+    f8.cache_dtype = kv;
+    auto k8 = select_kernel(f8, info);
+    ASSERT_TRUE(k8.ok()) << k8.status().to_string();
+    EXPECT_TRUE(k8->prefill_rows_wgmma && k8->prefill_rows_wgmma_ws) << k8->reason;
+    EXPECT_NE(k8->reason.find(std::string(to_string(kv)) +
+                              " rows loaded by the producer into registers"),
+              std::string::npos)
+        << k8->reason;
   }
   // A 48 KiB device: head 64 still fits two stages, head 128 does not.
   ProblemDesc p = mixed_problem();

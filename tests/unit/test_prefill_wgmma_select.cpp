@@ -87,7 +87,20 @@ TEST(PrefillWgmmaSelect, RejectsWithReason) {
   p = chunk_problem(); p.device = Device::cpu(); check(p, h200, "not a CUDA device");
   p = chunk_problem(); p.batch.num_prefill_seqs = 0; check(p, h200, "no prefill chunks");
   p = chunk_problem(); p.q_dtype = p.cache_dtype = DType::kFloat32; check(p, h200, "fp16/bf16");
-  p = chunk_problem(); p.cache_dtype = DType::kFloat8E4M3; check(p, h200, "cache dtype differs");
+  p = chunk_problem(); p.cache_dtype = DType::kFloat16; check(p, h200, "cache dtype differs");
+  // fp8 caches: the warp-specialised kernel converts them; the first version does not.
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2})
+    for (DType q : {DType::kFloat16, DType::kBFloat16}) {
+      p = chunk_problem();
+      p.q_dtype = q;
+      p.cache_dtype = kv;
+      std::string why;
+      EXPECT_TRUE(prefill_wgmma_supported(p, h200, &why)) << why;
+      EXPECT_FALSE(prefill_wgmma_supported(p, h200, &why, /*warp_specialized=*/false));
+      EXPECT_NE(why.find("the first version has none"), std::string::npos) << why;
+      p.head_size = 96;  // masked, too
+      EXPECT_TRUE(prefill_wgmma_supported(p, h200, &why)) << why;
+    }
   // Warp-specialised: every multiple of 8 up to 256 (masked heads); the first version: 64, 128
   // and 256 only.
   for (int head : {4, 12, 100, 252, 264, 512}) {
@@ -103,7 +116,25 @@ TEST(PrefillWgmmaSelect, RejectsWithReason) {
     EXPECT_FALSE(prefill_wgmma_supported(p, h200, &why, /*warp_specialized=*/false)) << head;
     EXPECT_NE(why.find("the first version has no masked heads"), std::string::npos) << why;
   }
-  p = chunk_problem(); p.layout = KVLayout::kSplit; check(p, h200, "split layout");
+  // The split layout: on the warp-specialised kernel for block sizes that are multiples of 8.
+  p = chunk_problem(); p.layout = KVLayout::kSplit; p.block_size = 12;
+  check(p, h200, "split layout with block_size 12");
+  for (int bs : {8, 16, 32, 128, 544}) {
+    p = chunk_problem();
+    p.layout = KVLayout::kSplit;
+    p.block_size = bs;
+    std::string why;
+    EXPECT_TRUE(prefill_wgmma_supported(p, h200, &why)) << bs << ": " << why;
+    EXPECT_FALSE(prefill_wgmma_supported(p, h200, &why, /*warp_specialized=*/false)) << bs;
+    EXPECT_NE(why.find("the first version has none"), std::string::npos) << why;
+  }
+  // fp8 caches in the split layout: no instance (the tiled kernel).
+  for (DType kv : {DType::kFloat8E4M3, DType::kFloat8E5M2}) {
+    p = chunk_problem();
+    p.layout = KVLayout::kSplit;
+    p.cache_dtype = kv;
+    check(p, h200, "fp8 cache in the split layout");
+  }
   p = chunk_problem(); p.num_kv_heads = 70000; p.num_heads = 70000; check(p, h200, "65535");
 }
 
@@ -282,9 +313,15 @@ TEST(PrefillWgmmaSelect, SelectKernelRoutesPrefillRows) {
   p.layout = KVLayout::kSplit;
   c = select_kernel(p, info);
   ASSERT_TRUE(c.ok());
-  EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
-  EXPECT_FALSE(c->prefill_rows_wgmma) << c->reason;
-  EXPECT_NE(c->reason.find("wgmma prefill kernel not used: split layout"), std::string::npos)
+  EXPECT_TRUE(c->prefill_rows_wgmma_ws) << c->reason;
+  EXPECT_NE(c->reason.find("the value tile kept transposed (V^T"), std::string::npos)
+      << c->reason;
+  p.block_size = 5;  // not a multiple of 8: neither tensor-core kernel (the tiled one)
+  c = select_kernel(p, info);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->prefill_rows_mma) << c->reason;
+  EXPECT_NE(c->reason.find("wgmma prefill kernel: split layout with block_size 5"),
+            std::string::npos)
       << c->reason;
 
   // Head 256: prefill_mma does not take it, the wgmma kernel does.

@@ -35,7 +35,17 @@ std::string mixed_order_note(int mode) {
 
 /// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
 /// for a page of `block_size` tokens (prefill_ws_tma_box).
-std::string ws_loader_note(int head, int block_size) {
+std::string ws_loader_note(int head, int block_size, DType cache, KVLayout layout) {
+  if (cache == DType::kFloat8E4M3 || cache == DType::kFloat8E5M2)
+    return std::string(to_string(cache)) + " rows loaded by the producer into registers (8 "
+           "codes per lane), converted exactly to the query's dtype and stored into the "
+           "slots (no TMA: the bytes change on the way), completing on mbarriers; k_scale in "
+           "the softmax scale, v_scale in the final 1 / l (per KV head with scale tensors)";
+  if (layout == KVLayout::kSplit)
+    return "split layout: the key rows by 16-byte cp.async (16 bytes are one token's 8 dims), "
+           "the value tile kept transposed (V^T, 16-byte chunks of 8 tokens of one dim, read "
+           "K-major by the PV GEMM), both through the block table completing on mbarriers; no "
+           "TMA boxes";
   const int box = prefill_ws_tma_box(head, block_size);
   const int tok = prefill_ws_tile_tokens(head);
   if (box > 0)
@@ -238,18 +248,24 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     "memory) and PV (P in registers), fp32 accumulation, ";
     if (c->prefill_rows_wgmma_ws) {
       const int inst = prefill_ws_instance_head(h);
+      const bool f8 = problem.cache_dtype == DType::kFloat8E4M3 ||
+                      problem.cache_dtype == DType::kFloat8E5M2;
       if (inst != h)
         r += "the head-" + std::to_string(inst) + " instance with head " + std::to_string(h) +
              " masked on it (the query's and the cache's dims past " + std::to_string(h) +
-             " are zero in shared memory: cp.async zero-fills the chunks past the head and a "
-             "TMA box's dims past the tensor map's head dim read as zeros, so the GEMMs do " +
-             std::to_string(inst) + "/" + std::to_string(h) +
+             " are zero in shared memory: " +
+             std::string(f8 ? "the producer stores zeros for the chunks past the head"
+                         : problem.layout == KVLayout::kSplit
+                             ? "cp.async zero-fills the chunks past the head"
+                             : "cp.async zero-fills the chunks past the head and a TMA box's "
+                               "dims past the tensor map's head dim read as zeros") +
+             ", so the GEMMs do " + std::to_string(inst) + "/" + std::to_string(h) +
              " of the head's work and only its dims are stored), ";
       r += "one producer warpgroup (setmaxnreg down) gathering K and V through the block table "
            "into two rings of " +
            std::to_string(prefill_ws_stages(inst)) + " stages of " +
            std::to_string(prefill_ws_tile_tokens(inst)) +
-           " tokens (" + ws_loader_note(inst, problem.block_size) +
+           " tokens (" + ws_loader_note(inst, problem.block_size, problem.cache_dtype, problem.layout) +
            "), two consumer warpgroups of 64 rows " +
            std::string(inst == 128 ? "taking turns at the tensor cores (named barriers) so "
                                      "that one's softmax overlaps the other's GEMMs, "

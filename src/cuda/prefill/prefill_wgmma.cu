@@ -490,8 +490,13 @@ Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t
     return Status(StatusCode::kUnsupported, "prefill_wgmma: " + std::to_string(row_tiles) +
                                                 " row tiles exceed the grid limit");
   const KVCache& c = args.cache;
-  if (c.layout == KVLayout::kSplit)
-    return Status(StatusCode::kInternal, "prefill_wgmma: split layout");
+  const bool split = c.layout == KVLayout::kSplit;
+  if (split && (!warp_specialized || block_size % 8 != 0 || c.key.dtype != args.query.dtype))
+    return Status(StatusCode::kInternal,
+                  "prefill_wgmma: split layout on the first version, with an fp8 cache or with "
+                  "block_size " + std::to_string(block_size) + " (not a multiple of 8)");
+  if (!warp_specialized && c.key.dtype != args.query.dtype)
+    return Status(StatusCode::kInternal, "prefill_wgmma: an fp8 cache on the first version");
   WgParams p = make_wg_params(args, block_size);
   const int num_kv_heads = mma_cache_strides(c).num_kv_heads;
   const int head = static_cast<int>(args.query.shape[2]);
@@ -504,7 +509,8 @@ Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t
   PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, num_seqs, kWgmmaRowsPerCta,
                                                p.gqa, min_query_len, tile_start, st));
   const bool bf16 = args.query.dtype == DType::kBFloat16;
-  if (warp_specialized) return prefill_ws_launch(p, head, bf16, row_tiles, num_kv_heads, st);
+  if (warp_specialized)
+    return prefill_ws_launch(p, head, bf16, c.key.dtype, split, row_tiles, num_kv_heads, st);
   if (head == 64)
     return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
                 : launch<__half, 64>(p, row_tiles, num_kv_heads, st);

@@ -107,10 +107,13 @@ constexpr std::int64_t prefill_ws_smem_bytes(int head_size) {
 /// Whether the wgmma prefill kernel can run the prefill rows of `problem` on `device`; when
 /// not, `why_not` (if non-null) receives the reason for `explain`. Needs: a CUDA device of
 /// compute capability 9.0 (the kernel is built for sm_90a only), at least one prefill chunk,
-/// query and cache fp16 or bf16 of one dtype, a head_size with an instance (warp-specialised:
+/// query fp16 or bf16 and the cache of the same dtype or (warp-specialised only) fp8 e4m3 /
+/// e5m2, which its producer converts exactly to the query's dtype in shared memory (no TMA for
+/// it), a head_size with an instance (warp-specialised:
 /// every multiple of 8 up to 256, prefill_ws_instance_head; `warp_specialized` false, the first
-/// version: 64, 128 or 256 only), the nhd or hnd layout (split: not implemented here yet,
-/// prefill_mma takes it), num_kv_heads <= 65535 and the version's shared memory
+/// version: 64, 128 or 256 only), the nhd or hnd layout, or (warp-specialised only) the split
+/// layout with block_size a multiple of 8 (prefill_mma takes the others), num_kv_heads <=
+/// 65535 and the version's shared memory
 /// (prefill_ws_smem_bytes of the instance, or prefill_wgmma_smem_bytes). Every GQA ratio,
 /// block size, window, softcap, ALiBi, sinks and LSE output. Stride and pointer alignment: as
 /// prefill_mma (prefill_mma_aligned_strides at plan time, prefill_mma_aligned at run time).
@@ -127,14 +130,25 @@ inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& dev
   if (pr.batch.num_prefill_seqs == 0) return no("the batch has no prefill chunks");
   if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
     return no("query dtype is not fp16/bf16");
-  if (pr.cache_dtype != pr.q_dtype) return no("cache dtype differs from the query dtype");
+  const bool fp8 = pr.cache_dtype == DType::kFloat8E4M3 || pr.cache_dtype == DType::kFloat8E5M2;
+  if (fp8 && !warp_specialized)
+    return no("fp8 cache (the first version has none; the warp-specialised one converts it)");
+  if (!fp8 && pr.cache_dtype != pr.q_dtype)
+    return no("cache dtype differs from the query dtype");
   const int instance = prefill_ws_instance_head(pr.head_size);
   if (warp_specialized && instance == 0)
     return no("head_size " + std::to_string(pr.head_size) +
               " is not a multiple of 8 up to 256");
   if (!warp_specialized && pr.head_size != 64 && pr.head_size != 128 && pr.head_size != 256)
     return no("head_size is not 64, 128 or 256 (the first version has no masked heads)");
-  if (pr.layout == KVLayout::kSplit) return no("split layout (not implemented on it yet)");
+  if (pr.layout == KVLayout::kSplit && !warp_specialized)
+    return no("split layout (the first version has none; the warp-specialised one does)");
+  if (pr.layout == KVLayout::kSplit && pr.block_size % 8 != 0)
+    return no("split layout with block_size " + std::to_string(pr.block_size) +
+              " (its value tile takes 8-token chunks of one block: a multiple of 8)");
+  if (pr.layout == KVLayout::kSplit && fp8)
+    return no("fp8 cache in the split layout (the producer converts token rows; the split "
+              "layout's value pages are dim rows)");
   if (pr.num_kv_heads > 65535) return no("more than 65535 KV heads");
   const std::int64_t smem = warp_specialized ? prefill_ws_smem_bytes(instance)
                                              : prefill_wgmma_smem_bytes(pr.head_size);

@@ -51,9 +51,16 @@ struct WgParams {
   // prefill_ws_instance_head) a smaller multiple of 8 whose dims past it are zero-filled in
   // shared memory and not stored.
   int head_size;
+  // fp8 caches (warp-specialised kernel): the dequantisation scales, as decode takes them
+  // (fill_cache_scales; cache_scale picks a KV head's device value or the host scalar).
+  // After head_size, so that the 16-bit instances' parameter offsets stay as they were.
+  const float* k_scales;
+  const float* v_scales;
+  int scales_stride;
+  float k_scale, v_scale;
 };
 
-/// The parameters of `args` (validated, nhd or hnd layout) for a cache of `block_size`
+/// The parameters of `args` (validated; any layout, mma_cache_strides) for a cache of `block_size`
 /// tokens per block; tile_start is left for the caller.
 inline WgParams make_wg_params(const AttentionArgs& args, int block_size) {
   constexpr float kLog2e = 1.4426950408889634f;
@@ -69,6 +76,9 @@ inline WgParams make_wg_params(const AttentionArgs& args, int block_size) {
   p.gqa = static_cast<int>(args.query.shape[1]) / cs.num_kv_heads;
   p.block_size = block_size;
   p.head_size = static_cast<int>(args.query.shape[2]);
+  fill_cache_scales(p, args.cache);
+  p.k_scale = args.cache.k_scale;
+  p.v_scale = args.cache.v_scale;
   const float scale = args.params.scale;
   p.scale_log2 = scale * kLog2e;
   if (p.softcap > 0.f) {
@@ -80,8 +90,10 @@ inline WgParams make_wg_params(const AttentionArgs& args, int block_size) {
 
 /// Launch the warp-specialised kernel (prefill_wgmma_ws.cu) over `row_tiles` x
 /// `num_kv_heads` CTAs on `stream` (a cudaStream_t); p.tile_start already written on it.
-/// head 64, 128 or 256 (else kInternal); kInternal for launch errors.
-Status prefill_ws_launch(const WgParams& p, int head, bool bf16, std::int64_t row_tiles,
-                         int num_kv_heads, void* stream);
+/// head: a multiple of 8 up to 256 (prefill_ws_instance_head; else kInternal); `cache`: the
+/// cache dtype, the query's (fp16/bf16) or fp8 e4m3/e5m2; `split`: the cache has vLLM's split
+/// layout (block_size a multiple of 8; 16-bit caches only); kInternal for launch errors.
+Status prefill_ws_launch(const WgParams& p, int head, bool bf16, DType cache, bool split,
+                         std::int64_t row_tiles, int num_kv_heads, void* stream);
 
 }  // namespace pagedattn::cuda

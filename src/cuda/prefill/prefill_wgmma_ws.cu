@@ -31,6 +31,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -77,6 +78,27 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const CUtensorMap
       "l"(reinterpret_cast<std::uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// Eight fp8 codes (cache kind KV; bytes 0..3 of raw.x, then raw.y) as eight T values, two per
+// word, the first in the low half. Exact: fp8 -> fp16 always; for bf16 through fp32, exact
+// since an fp8 value has at most 4 significant bits and an exponent inside bf16's range.
+template <class T, int KV>
+__device__ __forceinline__ void fp8x8_to_16bit(const uint2& raw, uint4* out) {
+  const std::uint32_t in[2] = {raw.x, raw.y};
+  std::uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const auto two = static_cast<__nv_fp8x2_storage_t>((in[i >> 1] >> (16 * (i & 1))) & 0xFFFFu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(two, KV == kKvE4M3 ? __NV_E4M3 : __NV_E5M2);
+    if constexpr (std::is_same<T, __half>::value) {
+      w[i] = static_cast<std::uint32_t>(h.x) | (static_cast<std::uint32_t>(h.y) << 16);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+      w[i] = *reinterpret_cast<const std::uint32_t*>(&b);
+    }
+  }
+  *out = make_uint4(w[0], w[1], w[2], w[3]);
+}
 template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -94,11 +116,26 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 // MASKED: a masked head (WgParams::head_size below HEAD) runs on this instance; measured on an
 // H200 with the masking at run time in every instance, head 256 lost about 3% on the chunked
 // shape, so the exact heads' instances have none of it.
-template <class T, int HEAD, int TOK, int STAGES, bool TMA, bool MASKED>
+// KV: kKvSame (the cache holds T), or an fp8 cache (kKvE4M3 / kKvE5M2): the producer loads its
+// rows into registers, converts them exactly to T (every fp8 value is an fp16 value, and one
+// of at most 4 significant bits and a small exponent is a bf16 value too) and stores them in
+// the slots' layout, so the consumers are the 16-bit instance's; k_scale multiplies the
+// logits (folded into the softmax scale) and v_scale the output (folded into 1 / l).
+// SPLIT: vLLM's split layout (key [block, kv head, head / 8, token, 8], value [block, kv head,
+// dim, token]; block_size a multiple of 8). The key rows are gathered as in the other layouts
+// (16 bytes are one token's 8 dims; the chunk stride is a parameter). The value tile is kept
+// transposed, V^T [dim][token], 16-byte chunks of 8 tokens of one dim (one block's, as
+// block_size is a multiple of 8), which is K-major for the PV GEMM (no transpose bit).
+template <class T, int HEAD, int TOK, int STAGES, bool TMA, bool MASKED, int KV,
+          bool SPLIT>
 __global__ void __launch_bounds__(kWsThreads, 1)
     prefill_ws_kernel(const WgParams p, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const int tma_box) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool F8 = KV != kKvSame;
+  static_assert(!(F8 && TMA), "fp8 rows change bytes on the way: no TMA boxes");
+  static_assert(!(SPLIT && TMA), "the split layout's pages are no TMA boxes of this tile");
+  static_assert(!(F8 && SPLIT), "fp8 caches in the split layout have no instance");
   constexpr int ROWS = kWgmmaRowsPerCta;
   // The problem's head: HEAD itself, or (MASKED) a smaller multiple of 8 whose dims past it
   // are zero in shared memory and not stored (prefill_ws_instance_head). The exact heads'
@@ -172,6 +209,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int bs = p.block_size;
     const T* kbase = static_cast<const T*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
     const T* vbase = static_cast<const T*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
+    // fp8 caches: the same element strides over bytes.
+    const unsigned char* kbase8 =
+        static_cast<const unsigned char*>(p.k) + static_cast<std::int64_t>(g) * p.k_head;
+    const unsigned char* vbase8 =
+        static_cast<const unsigned char*>(p.v) + static_cast<std::int64_t>(g) * p.v_head;
     const int c = lane % CH;
     const bool c_in_head = c * 8 < head_size;  // masked heads: zero-fill the chunks past it
     const bool no_copy = (p.debug_flags & 4) != 0;
@@ -199,7 +241,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         }
       }
       // Whether this warp has rows to gather by cp.async (warp-uniform).
-      const bool warp_copies = !no_copy && (pw * RPW < r_lo || (pw + 1) * RPW > r_hi);
+      const bool warp_copies = !no_copy && (F8 || pw * RPW < r_lo || (pw + 1) * RPW > r_hi);
       // Lane l < RPW resolves row pw * RPW + l of the tile: block id (-1 = zero-fill: outside
       // [kv_lo, kv_hi), past the block-table row, or a block id outside the cache) and offset.
       int blk = -1, off = 0;
@@ -244,6 +286,73 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                           b >= 0 && c_in_head ? 16 : 0);
         }
       };
+      // fp8: each lane loads its chunk's 8 codes of a row (8 bytes), converts them to T and
+      // stores the 16-byte chunk; the loads of 4 rows are in flight before the first convert.
+      auto copy_f8 = [&](const unsigned char* base, std::int64_t s_blk, std::int64_t s_tok,
+                         std::int64_t s_chunk, T* dst) {
+        // 8 rows' loads in flight per lane (16 registers; the shared stores take 32-bit
+        // addresses, so the producer's 56 hold them).
+        constexpr int BATCH = PASSES < 8 ? PASSES : 8;
+#pragma unroll 1
+        for (int k0 = 0; k0 < PASSES; k0 += BATCH) {
+          uint2 raw[BATCH];
+          int row[BATCH];
+#pragma unroll
+          for (int u = 0; u < BATCH; ++u) {
+            const int rl = (k0 + u) * RPP + lane / CH;
+            const int b = __shfl_sync(0xffffffffu, blk, rl);
+            const int o = __shfl_sync(0xffffffffu, off, rl);
+            row[u] = pw * RPW + rl;
+            raw[u] = make_uint2(0u, 0u);
+            if (b >= 0 && c_in_head)
+              raw[u] = __ldg(reinterpret_cast<const uint2*>(
+                  base + static_cast<std::int64_t>(b) * s_blk + static_cast<std::int64_t>(o) * s_tok +
+                  static_cast<std::int64_t>(c) * s_chunk));
+          }
+#pragma unroll
+          for (int u = 0; u < BATCH; ++u) {
+            uint4 out;
+            fp8x8_to_16bit<T, KV>(raw[u], &out);
+            // st.shared with a 32-bit address: dst's address space is lost to the aligned
+            // base's integer round trip, and a generic store costs 64-bit arithmetic.
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                             smem_addr(dst + wgmma::tile_off(row[u], c, TOK))),
+                         "r"(out.x), "r"(out.y), "r"(out.z), "r"(out.w)
+                         : "memory");
+          }
+        }
+      };
+      // Split layout, V^T: warp pw fills the TCW 8-token chunks of its RPW tokens for every
+      // dim, lane l taking chunk l % TCW of dims l / TCW + k * (32 / TCW). A chunk's block is
+      // that of its first key inside [kv_lo, kv_hi) (whose lane resolved it; the chunk is in
+      // one block); its tokens from kv_hi on are zero-filled by the copy's source size, those
+      // before kv_lo are the sequence's own (finite) and masked in the softmax.
+      auto copy_vt = [&](const T* base, T* dst) {
+        constexpr int TCW = RPW / 8;       // 8-token chunks per warp
+        constexpr int DPP = 32 / TCW;      // dims per pass
+        constexpr int VPASSES = HEAD / DPP;
+        const int tc = lane % TCW;
+        const int trow = pw * RPW + tc * 8;           // the chunk's first tile row
+        const int tabs = t0 + trow;                   // ... and its key
+        const int first = max(kv_lo, tabs);           // first key inside the range
+        const int last = min(kv_hi, tabs + 8);        // one past the last
+        const int src_lane = (first - t0) - pw * RPW; // the lane that resolved `first`
+        const bool any = first < last;
+        const int b = __shfl_sync(0xffffffffu, blk, any ? src_lane : 0);
+        const int o = __shfl_sync(0xffffffffu, off, any ? src_lane : 0) - (first - tabs);
+        const bool ok = any && b >= 0;
+        const int bytes = ok ? (last - tabs) * 2 : 0;
+#pragma unroll 4
+        for (int k = 0; k < VPASSES; ++k) {
+          const int d = lane / TCW + k * DPP;
+          const bool dok = ok && d < head_size;
+          const T* src = dok ? base + static_cast<std::int64_t>(b) * p.v_blk +
+                                   static_cast<std::int64_t>(d) * p.v_dim + o
+                             : base;
+          mma::cp_async16(smem_addr(dst + wgmma::tile_off(d, trow / 8, HEAD)), src,
+                          dok ? bytes : 0);
+        }
+      };
       // A warp announces its boxes' bytes before it issues them and before its lanes' cp.async
       // arrivals, so the phase (128 arrivals and the bytes) cannot complete without them.
       auto issue_tma = [&](const CUtensorMap* tm, T* dst, std::uint32_t bar) {
@@ -257,14 +366,33 @@ __global__ void __launch_bounds__(kWsThreads, 1)
             tma_load_4d(d + cg * TOK * 128, tm, cg * 64, tma_off, g, tma_blk, bar);
         }
       };
-      if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
-      issue_tma(&tm_k, sK + st * TILE, full_k(st));
-      if (warp_copies) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
-      if (no_copy) mbar_arrive(full_k(st)); else cp_async_arrive_noinc(full_k(st));
-      if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
-      issue_tma(&tm_v, sV + st * TILE, full_v(st));
-      if (warp_copies) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
-      if (no_copy) mbar_arrive(full_v(st)); else cp_async_arrive_noinc(full_v(st));
+      if constexpr (F8) {
+        // Plain stores, then one arrival (release: the consumers' acquire and their proxy
+        // fence order the stores before the wgmmas), as the cp.async path's arrivals.
+        // The writer-side proxy fence too (as CUTLASS and FlashAttention-3 do before they
+        // commit producer-written shared memory), besides the consumers' after their wait.
+        if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
+        if (!no_copy) copy_f8(kbase8, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
+        wgmma::fence_proxy_async();
+        mbar_arrive(full_k(st));
+        if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
+        if (!no_copy) copy_f8(vbase8, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
+        wgmma::fence_proxy_async();
+        mbar_arrive(full_v(st));
+      } else {
+        if (use > 0) mbar_wait(empty_k(st), (use - 1) & 1);
+        issue_tma(&tm_k, sK + st * TILE, full_k(st));
+        if (warp_copies) copy(kbase, p.k_blk, p.k_tok, p.k_chunk, sK + st * TILE);
+        if (no_copy) mbar_arrive(full_k(st)); else cp_async_arrive_noinc(full_k(st));
+        if (use > 0) mbar_wait(empty_v(st), (use - 1) & 1);
+        issue_tma(&tm_v, sV + st * TILE, full_v(st));
+        if constexpr (SPLIT) {
+          if (warp_copies) copy_vt(vbase, sV + st * TILE);
+        } else {
+          if (warp_copies) copy(vbase, p.v_blk, p.v_tok, p.v_chunk, sV + st * TILE);
+        }
+        if (no_copy) mbar_arrive(full_v(st)); else cp_async_arrive_noinc(full_v(st));
+      }
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // exit with nothing in flight
     return;
@@ -272,6 +400,11 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 
   // ================= consumers =================
   setmaxnreg_inc<kConsumerRegs>();
+  // fp8: the KV head's scales (1 for 16-bit caches, where the products below fold away).
+  const float k_mul = F8 ? cache_scale(p.k_scales, p.scales_stride, g, p.k_scale) : 1.f;
+  const float v_mul = F8 ? cache_scale(p.v_scales, p.scales_stride, g, p.v_scale) : 1.f;
+  const float scale_log2 = p.scale_log2 * k_mul;
+  const float cap_arg = p.cap_arg * k_mul;
   const int cw = (tid >> 7) - 1;  // consumer 0 or 1
   const int ctid = tid & 127;
   const int wwarp = (tid >> 5) & 3;
@@ -351,9 +484,19 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   };
   auto issue_pv = [&](int st) {
     const std::uint32_t v_addr = v_addr0 + st * (TILE * 2);
+    if constexpr (SPLIT) {
+      // V^T [HEAD rows][TOK keys], K-major: k-step kk is 32 bytes into column block kk / 4.
 #pragma unroll
-    for (int kk = 0; kk < PSTEPS; ++kk)
-      wgmma::rs<T, HEAD, 1>(o, a[kk], wgmma::desc(v_addr + kk * 2048, TOK * 128, 1024), 1);
+      for (int kk = 0; kk < PSTEPS; ++kk)
+        wgmma::rs<T, HEAD, 0>(o, a[kk],
+                              wgmma::desc(v_addr + (kk >> 2) * (HEAD * 128) + (kk & 3) * 32,
+                                          16, 1024),
+                              1);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < PSTEPS; ++kk)
+        wgmma::rs<T, HEAD, 1>(o, a[kk], wgmma::desc(v_addr + kk * 2048, TOK * 128, 1024), 1);
+    }
   };
   // Softmax of the S accumulators of the tile at key t0: P (fp32) in place of S, the running
   // max and sum updated, and in corr the factor O must be rescaled by (MASK: causal / window
@@ -363,7 +506,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     constexpr bool MASK = decltype(mask_tag)::value;
     // Plain scores (no softcap, no ALiBi, scale > 0): the maximum of the raw scores, scaled
     // once, and exp2(s * scale - base) as one FMA per element; otherwise the logits first.
-    const bool plain = p.softcap <= 0.f && p.alibi == nullptr && p.scale_log2 > 0.f;
+    const bool plain = p.softcap <= 0.f && p.alibi == nullptr && scale_log2 > 0.f;
     float mx[2] = {-INFINITY, -INFINITY};
     auto visible = [&](int i, int h) {
       const int j = t0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
@@ -377,13 +520,13 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         mx[h] = fmaxf(mx[h], sc[i]);
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) mx[h] *= p.scale_log2;  // -inf stays -inf
+      for (int h = 0; h < 2; ++h) mx[h] *= scale_log2;  // -inf stays -inf
     } else {
 #pragma unroll
       for (int i = 0; i < TOK / 2; ++i) {
         const int h = (i >> 1) & 1;
         const int j = t0 + (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-        float z = p.softcap > 0.f ? p.cap_log2 * tanhf(sc[i] * p.cap_arg) : sc[i] * p.scale_log2;
+        float z = p.softcap > 0.f ? p.cap_log2 * tanhf(sc[i] * cap_arg) : sc[i] * scale_log2;
         if (p.alibi != nullptr) z += slope[h] * static_cast<float>(j - qpos[h]);
         if (MASK && !visible(i, h)) z = -INFINITY;
         sc[i] = z;
@@ -401,7 +544,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       m_run[h] = m_new;
       base[h] = softmax_base(m_new);
     }
-    const float mul = plain ? p.scale_log2 : 1.f;
+    const float mul = plain ? scale_log2 : 1.f;
     float ps[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < TOK / 2; ++i) {
@@ -523,7 +666,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    inv[h] = l_run[h] != 0.f ? 1.f / l_run[h] : NAN;  // l = 0: 0/0, NaN as in the oracle
+    inv[h] = l_run[h] != 0.f ? v_mul / l_run[h] : NAN;  // l = 0: 0/0, NaN as in the oracle
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -643,25 +786,39 @@ bool tma_strides_ok(const WgParams& p) {
          p.num_blocks <= INT32_MAX;
 }
 
-template <class T, int HEAD>
-Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaStream_t stream) {
+template <class T, int HEAD, int KV>
+Status launch(const WgParams& p, bool split, std::int64_t row_tiles, int num_kv_heads,
+              cudaStream_t stream) {
   constexpr int TOK = prefill_ws_tile_tokens(HEAD);
   constexpr int STAGES = prefill_ws_stages(HEAD);
-  // TMA boxes where the geometry allows (diagnostic bit 8 keeps the cp.async gather for an A/B).
-  CUtensorMap tm_k{}, tm_v{};
-  int box = (p.debug_flags & 8) != 0 ? 0 : prefill_ws_tma_box(HEAD, p.block_size);
-  if (box > 0 &&
-      (!tma_strides_ok(p) ||
-       !cached_cache_map(&tm_k, CacheMapKey{p.k, p.num_blocks, p.k_tok, p.k_head, p.k_blk,
-                                            p.head_size, p.block_size, num_kv_heads, box}) ||
-       !cached_cache_map(&tm_v, CacheMapKey{p.v, p.num_blocks, p.v_tok, p.v_head, p.v_blk,
-                                            p.head_size, p.block_size, num_kv_heads, box})))
-    box = 0;
   const bool masked = p.head_size != HEAD;
-  auto kernel = box > 0 ? (masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, true, true>
-                                  : prefill_ws_kernel<T, HEAD, TOK, STAGES, true, false>)
-                        : (masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, false, true>
-                                  : prefill_ws_kernel<T, HEAD, TOK, STAGES, false, false>);
+  CUtensorMap tm_k{}, tm_v{};
+  auto kernel = masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, false, true, KV, false>
+                       : prefill_ws_kernel<T, HEAD, TOK, STAGES, false, false, KV, false>;
+  int box = 0;
+  if constexpr (KV == kKvSame) {
+    if (split) {
+      // The split layout's pages are no TMA boxes of this tile: the gather and the V^T copy.
+      kernel = masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, false, true, KV, true>
+                      : prefill_ws_kernel<T, HEAD, TOK, STAGES, false, false, KV, true>;
+    } else {
+      // TMA boxes where the geometry allows (diagnostic bit 8 keeps the cp.async gather for an
+      // A/B); fp8 rows are converted on the way, so they never come by TMA.
+      box = (p.debug_flags & 8) != 0 ? 0 : prefill_ws_tma_box(HEAD, p.block_size);
+      if (box > 0 &&
+          (!tma_strides_ok(p) ||
+           !cached_cache_map(&tm_k, CacheMapKey{p.k, p.num_blocks, p.k_tok, p.k_head, p.k_blk,
+                                                p.head_size, p.block_size, num_kv_heads, box}) ||
+           !cached_cache_map(&tm_v, CacheMapKey{p.v, p.num_blocks, p.v_tok, p.v_head, p.v_blk,
+                                                p.head_size, p.block_size, num_kv_heads, box})))
+        box = 0;
+      if (box > 0)
+        kernel = masked ? prefill_ws_kernel<T, HEAD, TOK, STAGES, true, true, KV, false>
+                        : prefill_ws_kernel<T, HEAD, TOK, STAGES, true, false, KV, false>;
+    }
+  } else if (split) {
+    return Status(StatusCode::kInternal, "prefill_wgmma_ws: an fp8 cache in the split layout");
+  }
   const int smem = static_cast<int>(prefill_ws_smem_bytes(HEAD, TOK, STAGES));
   // Per function and device, not a stream operation: legal during graph capture.
   PA_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
@@ -672,10 +829,24 @@ Status launch(const WgParams& p, std::int64_t row_tiles, int num_kv_heads, cudaS
   return Status::Ok();
 }
 
+// The instances of one head: query dtype x cache kind.
+template <int HEAD>
+Status launch_head(const WgParams& p, bool bf16, DType cache, bool split, std::int64_t row_tiles,
+                   int num_kv_heads, cudaStream_t st) {
+  if (cache == DType::kFloat8E4M3)
+    return bf16 ? launch<__nv_bfloat16, HEAD, kKvE4M3>(p, split, row_tiles, num_kv_heads, st)
+                : launch<__half, HEAD, kKvE4M3>(p, split, row_tiles, num_kv_heads, st);
+  if (cache == DType::kFloat8E5M2)
+    return bf16 ? launch<__nv_bfloat16, HEAD, kKvE5M2>(p, split, row_tiles, num_kv_heads, st)
+                : launch<__half, HEAD, kKvE5M2>(p, split, row_tiles, num_kv_heads, st);
+  return bf16 ? launch<__nv_bfloat16, HEAD, kKvSame>(p, split, row_tiles, num_kv_heads, st)
+              : launch<__half, HEAD, kKvSame>(p, split, row_tiles, num_kv_heads, st);
+}
+
 }  // namespace
 
-Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64_t row_tiles,
-                         int num_kv_heads, void* stream) {
+Status prefill_ws_launch(const WgParams& params, int head, bool bf16, DType cache, bool split,
+                         std::int64_t row_tiles, int num_kv_heads, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   // Diagnostics only (see WgParams::debug_flags): read once per process.
   static const int debug_flags = [] {
@@ -685,15 +856,9 @@ Status prefill_ws_launch(const WgParams& params, int head, bool bf16, std::int64
   WgParams p = params;
   p.debug_flags = debug_flags;
   head = prefill_ws_instance_head(head);  // masked heads run on the next larger instance
-  if (head == 64)
-    return bf16 ? launch<__nv_bfloat16, 64>(p, row_tiles, num_kv_heads, st)
-                : launch<__half, 64>(p, row_tiles, num_kv_heads, st);
-  if (head == 128)
-    return bf16 ? launch<__nv_bfloat16, 128>(p, row_tiles, num_kv_heads, st)
-                : launch<__half, 128>(p, row_tiles, num_kv_heads, st);
-  if (head == 256)
-    return bf16 ? launch<__nv_bfloat16, 256>(p, row_tiles, num_kv_heads, st)
-                : launch<__half, 256>(p, row_tiles, num_kv_heads, st);
+  if (head == 64) return launch_head<64>(p, bf16, cache, split, row_tiles, num_kv_heads, st);
+  if (head == 128) return launch_head<128>(p, bf16, cache, split, row_tiles, num_kv_heads, st);
+  if (head == 256) return launch_head<256>(p, bf16, cache, split, row_tiles, num_kv_heads, st);
   return Status(StatusCode::kInternal, "prefill_wgmma_ws: head_size " + std::to_string(head));
 }
 
