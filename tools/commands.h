@@ -23,7 +23,8 @@ namespace pagedattn::cli {
 /// `decode_rows_fast_path` and its prefill chunks to the tensor-core prefill kernel
 /// ("cuda_prefill_mma") when `prefill_rows_mma` (on Hopper "cuda_prefill_wgmma_ws", or
 /// "cuda_prefill_wgmma" for its first version); decode rows off the fast path go with the
-/// prefill rows. Every other plan runs all rows on `kernel`.
+/// prefill rows, or in batch-invariant plans (`decode_rows_tiled`) stay on `kernel`. Every
+/// other plan runs all rows on `kernel`.
 struct RowKernels {
   std::string decode, prefill;
 };
@@ -35,7 +36,8 @@ inline RowKernels row_kernels(const KernelChoice& c) {
                                                                          : "cuda_prefill_mma";
   r.decode = c.kernel == KernelId::kCudaTiled && c.decode_rows_fast_path
                  ? to_string(KernelId::kCudaDecodeMMA)
-                 : r.prefill;
+             : c.decode_rows_tiled ? to_string(c.kernel)
+                                   : r.prefill;
   return r;
 }
 

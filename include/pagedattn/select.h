@@ -131,13 +131,19 @@ struct KernelChoice {
   /// The rows prefill_rows_mma describes (it is then true too) run on the Hopper (compute
   /// capability 9.0) prefill kernel instead: wgmma with 128 (token, head) rows per CTA in two
   /// warpgroups, fp16/bf16, head_size 64, 128 or 256 (the warp-specialised version also every
-  /// other multiple of 8 up to 256, masked on the next larger of them), nhd/hnd layouts, every
+  /// other multiple of 8 up to 256, masked on the next larger of them, fp8 caches in nhd/hnd,
+  /// and the split layout at block sizes that are multiples of 8), nhd/hnd layouts, every
   /// score modifier (src/cuda/prefill/prefill_wgmma.h); same fallbacks.
   bool prefill_rows_wgmma = false;
   /// prefill_rows_wgmma runs the warp-specialised version (a producer warpgroup filling
   /// mbarrier-guarded K/V rings, two consumer warpgroups taking turns at the tensor cores);
   /// false with it: the first version (PlanOptions::wgmma_prefill_v1).
   bool prefill_rows_wgmma_ws = false;
+  /// Batch-invariant plans (PlanOptions::batch_invariant) with prefill_rows_mma: the decode
+  /// rows the decode fast path does not take run on the tiled kernel `kernel` describes (its
+  /// fixed split cut, as when they run alone), before the prefill kernel takes the prefill
+  /// rows, instead of unsplit on the prefill kernel.
+  bool decode_rows_tiled = false;
   std::string reason;
 };
 

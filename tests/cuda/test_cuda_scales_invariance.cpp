@@ -297,6 +297,47 @@ TEST(CudaBatchInvariance, TiledKernelFp8WindowAndPrefillAreBitIdentical) {
   }
 }
 
+// Decode rows that the decode fast path does not take, in a batch whose prefill chunks run on
+// a prefill kernel: in batch-invariant mode they run on the tiled kernel with its fixed split
+// cut (as alone), not unsplit on the prefill kernel. The class: a GQA ratio above 16, head
+// sizes without a decode instance (72 with fp8), head 256 with a GQA ratio above 8, fp8
+// prefill on the Hopper kernel.
+TEST(CudaBatchInvariance, DecodeRowsBesideAPrefillKernelAreBitIdentical) {
+  PA_SKIP_WITHOUT_GPU();
+  struct Sub {
+    int heads, kv_heads, head;
+    DType q, kv;
+    KVLayout layout;
+    int block;
+  };
+  for (const Sub& s : {Sub{32, 1, 128, DType::kBFloat16, DType::kBFloat16, KVLayout::kNHD, 16},
+                       Sub{8, 2, 72, DType::kBFloat16, DType::kFloat8E4M3, KVLayout::kNHD, 16},
+                       Sub{16, 1, 256, DType::kFloat16, DType::kFloat16, KVLayout::kNHD, 16}})
+    for (int subject : {5000, 40000}) {
+      testing::InvarianceConfig c;
+      c.num_heads = s.heads;
+      c.num_kv_heads = s.kv_heads;
+      c.head_size = s.head;
+      c.dtype = s.q;
+      c.kv_dtype = s.kv;
+      c.layout = s.layout;
+      c.block_size = s.block;
+      c.subject = {subject, 1};
+      c.others = {{300, 1}, {4000, 33}, {64, 64}, {9000, 1}};
+      c.subject_index = 1;
+      const testing::InvarianceResult r = check(c);
+      const std::string what = "head " + std::to_string(s.head) + " GQA " +
+                               std::to_string(s.heads / s.kv_heads) + " " + to_string(s.kv) +
+                               " subject " + std::to_string(subject);
+      ASSERT_TRUE(r.status.ok()) << what << ": " << r.status.to_string();
+      EXPECT_TRUE(r.batched.prefill_rows_mma) << what << ": " << r.batched.reason;
+      EXPECT_FALSE(r.batched.decode_rows_fast_path) << what << ": " << r.batched.reason;
+      EXPECT_GT(r.alone.num_splits, 1) << what << ": the subject alone should split";
+      EXPECT_TRUE(r.out_equal) << what << ": " << r.detail;
+      EXPECT_TRUE(r.lse_equal) << what << ": " << r.detail;
+    }
+}
+
 TEST(CudaBatchInvariance, PrefillKernelAloneAndInBatchesIsBitIdentical) {
   PA_SKIP_WITHOUT_GPU();
   for (int window : {0, 500}) {

@@ -313,6 +313,9 @@ TEST(CudaIndexing, RowTilesCountCeilPerSequence) {
   // GQA rows flattened into the tiles (the prefill kernel): ceil(query_len * 4 / 64).
   EXPECT_EQ(count_row_tiles(qsl, 1, 5, 64, 1, 4), 1 + 0 + 2 + 1 + 4);
   EXPECT_EQ(count_row_tiles(qsl, 1, 5, 64, 2, 4), 0 + 0 + 2 + 0 + 4);
+  // The decode rows only (max_query_len 1): the batch-invariant tiled decode rows.
+  EXPECT_EQ(count_row_tiles(qsl, 1, 5, 16, 1, 1, 1), 1 + 0 + 0 + 1 + 0);
+  EXPECT_EQ(count_row_tiles(qsl, 1, 5, 16, 2, 1, 17), 0 + 0 + 2 + 0 + 0);
 }
 
 // Every tile of the prefix sums maps to the sequence whose range holds it, sequences without

@@ -162,6 +162,20 @@ TEST(PrefillMmaSelect, SelectKernelRoutesPrefillRows) {
   EXPECT_TRUE(c->prefill_rows_mma) << c->reason;
   if (!c->decode_rows_fast_path) {
     EXPECT_NE(c->reason.find("decode rows run on it too"), std::string::npos) << c->reason;
+    EXPECT_EQ(c->num_splits, 1) << c->reason;
+    // Batch-invariant: the decode rows stay on the tiled kernel with its fixed split cut (as
+    // alone), so the plan keeps the tiled kernel's splits.
+    PlanOptions inv;
+    inv.batch_invariant = true;
+    p.batch.max_seq_len = 9000;
+    auto ci = select_kernel(p, info, inv);
+    ASSERT_TRUE(ci.ok()) << ci.status().to_string();
+    EXPECT_TRUE(ci->prefill_rows_mma) << ci->reason;
+    EXPECT_NE(ci->reason.find("decode rows run on the tiled kernel first with its fixed split "
+                              "cut"),
+              std::string::npos)
+        << ci->reason;
+    EXPECT_EQ(ci->num_splits, (9000 + 2047) / 2048) << ci->reason;
   }
   // No decode rows.
   p = mixed_problem();

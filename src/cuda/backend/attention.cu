@@ -55,6 +55,11 @@ struct CudaPlan {
   /// one after the other; 1 / 2 = concurrently on two streams, the prefill / decode rows on
   /// the second one (run_forked; mixed_concurrent_mode).
   int mixed_concurrent = 0;
+  /// Batch-invariant mode (PlanOptions::batch_invariant) with a prefill kernel: decode rows the
+  /// decode fast path does not take run on the tiled kernel (its fixed split cut, as alone)
+  /// before the prefill kernel takes the prefill rows; the tiled kernel's tiles of them.
+  bool decode_rows_tiled = false;
+  std::int64_t decode_tiles = 0;
 };
 
 }  // namespace
@@ -180,6 +185,17 @@ Status plan_attention(const AttentionArgs& args, const HostMetadata& host,
     return Status(StatusCode::kUnsupported,
                   "cuda attention: num_kv_heads * head groups = " + std::to_string(grid_y) +
                       " exceeds 65535");
+  if (plan->prefill_mma && state->options.batch_invariant &&
+      problem.batch.num_decode_seqs > 0) {
+    // Also when the decode fast path turns out unaligned at run time (decode_mma_aligned).
+    plan->decode_rows_tiled = true;
+    plan->decode_tiles = count_row_tiles(static_cast<const std::int32_t*>(host.query_start_loc.data),
+                                         host.query_start_loc.strides[0], num_seqs,
+                                         cfg->q_tokens, 1, 1, /*max_query_len=*/1);
+    state->choice.decode_rows_tiled = !plan->decode_mma;
+  } else {
+    state->choice.decode_rows_tiled = false;
+  }
   if (plan->mixed)
     plan->prefill_tiles = count_row_tiles(static_cast<const std::int32_t*>(host.query_start_loc.data),
                                           host.query_start_loc.strides[0], num_seqs,
@@ -216,24 +232,45 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
     return decode_mma_run(args, plan.geometry.block_size, cp->decode,
                           static_cast<unsigned char*>(workspace) + cp->decode_ws_offset, s);
   };
+  // The tiled kernel for the rows of sequences with min_ql <= query_len <= max_ql.
+  auto tiled = [&](int min_ql, int max_ql, std::int64_t tiles) -> Status {
+    if (tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
+    const int device = args.query.device.index;
+    DeviceGuard guard(device);
+    if (guard.status() != cudaSuccess)
+      return cuda_error(guard.status(), "run_attention: set device");
+    const TiledConfig& cfg = cp->config;
+    int optin = 0;
+    PA_CUDA_RETURN(device_smem_optin(device, &optin), "cudaDeviceGetAttribute(smem opt-in)");
+    if (cfg.smem.total > optin)
+      return Status(StatusCode::kUnsupported,
+                    "cuda attention: the plan needs " + std::to_string(cfg.smem.total) +
+                        " bytes of shared memory; this device allows " + std::to_string(optin));
+    return tiled_run(args, plan.geometry, cfg, cp->workspace, tiles, min_ql, max_ql, optin,
+                     workspace, stream);
+  };
   if (cp->prefill_mma && prefill_mma_aligned(args)) {
-    // Decode rows on the decode fast path when it runs, prefill rows (and otherwise the
-    // decode rows too) on the prefill kernel: disjoint output rows, disjoint workspaces.
+    // Decode rows on the decode fast path when it runs, else on the tiled kernel in
+    // batch-invariant mode, else on the prefill kernel with the prefill rows: disjoint output
+    // rows, disjoint workspaces.
+    const bool decode_elsewhere = fast || cp->decode_rows_tiled;
     auto prefill = [&](Stream s) -> Status {
+      const std::int64_t tiles =
+          decode_elsewhere ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles;
+      const int min_ql = decode_elsewhere ? 2 : 1;
+      unsigned char* tile_start = static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start;
       if (cp->prefill_wgmma)
-        return prefill_wgmma_run(args, plan.geometry.block_size,
-                                 fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
-                                 fast ? 2 : 1,
-                                 static_cast<unsigned char*>(workspace) +
-                                     cp->workspace.off_tile_start,
-                                 s, cp->prefill_wgmma_ws);
-      return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages,
-                             fast ? cp->prefill_mma_tiles : cp->prefill_mma_all_tiles,
-                             fast ? 2 : 1,
-                             static_cast<unsigned char*>(workspace) + cp->workspace.off_tile_start,
-                             s);
+        return prefill_wgmma_run(args, plan.geometry.block_size, tiles, min_ql, tile_start, s,
+                                 cp->prefill_wgmma_ws);
+      return prefill_mma_run(args, plan.geometry.block_size, cp->prefill_stages, tiles, min_ql,
+                             tile_start, s);
     };
-    if (!fast) return prefill(stream);
+    if (!fast) {
+      // In stream order: the prefill kernel's tile prefix sums reuse the tiled kernel's slot,
+      // which the tiled split merge reads.
+      if (cp->decode_rows_tiled) PAGEDATTN_RETURN_IF_ERROR(tiled(1, 1, cp->decode_tiles));
+      return prefill(stream);
+    }
     if (cp->mixed_concurrent != 0 && cp->prefill_mma_tiles > 0) {
       // The kernel enqueued first has its CTAs dispatched first; the other's CTAs take the
       // SMs its tail leaves idle instead of waiting for its last CTA.
@@ -249,21 +286,7 @@ Status run_attention(const AttentionPlan::State& plan, const AttentionArgs& args
   }
   // Mixed batch: decode rows on the fast path, then the prefill rows (disjoint output rows).
   if (fast) PAGEDATTN_RETURN_IF_ERROR(decode(stream));
-  const int min_query_len = fast ? 2 : 1;
-  const std::int64_t total_tiles = fast ? cp->prefill_tiles : cp->total_tiles;
-  if (total_tiles == 0 || args.query.shape[0] == 0) return Status::Ok();
-  const int device = args.query.device.index;
-  DeviceGuard guard(device);
-  if (guard.status() != cudaSuccess) return cuda_error(guard.status(), "run_attention: set device");
-  const TiledConfig& cfg = cp->config;
-  int optin = 0;
-  PA_CUDA_RETURN(device_smem_optin(device, &optin), "cudaDeviceGetAttribute(smem opt-in)");
-  if (cfg.smem.total > optin)
-    return Status(StatusCode::kUnsupported,
-                  "cuda attention: the plan needs " + std::to_string(cfg.smem.total) +
-                      " bytes of shared memory; this device allows " + std::to_string(optin));
-  return tiled_run(args, plan.geometry, cfg, cp->workspace, total_tiles, min_query_len, optin,
-                   workspace, stream);
+  return fast ? tiled(2, INT_MAX, cp->prefill_tiles) : tiled(1, INT_MAX, cp->total_tiles);
 }
 
 }  // namespace pagedattn::cuda

@@ -216,19 +216,29 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
       wgmma = prefill_wgmma_supported(problem, device_info, &why_wgmma,
                                       !options.wgmma_prefill_v1);
   }
-  // The split merge would also visit decode rows; and a tiled kernel that is only the
-  // fallback of the prefill kernel should not size the workspace for splits.
-  if (rows_fast || prefill_fast || wgmma) tiled_options.num_splits = 1;
+  // A tiled kernel that is only the fallback of the other kernels should not size the
+  // workspace for splits. Batch-invariant mode keeps its fixed split cut: there the tiled
+  // kernel runs the decode rows the decode fast path does not take (beside the prefill
+  // kernel, as it runs them alone), so their bits do not depend on prefill chunks joining.
+  if ((rows_fast || prefill_fast || wgmma) && !options.batch_invariant)
+    tiled_options.num_splits = 1;
   auto c = tiled_choose(problem, device_info, tiled_options);
   if (!c.ok()) return c;
   if (rows_fast) c->decode_rows_fast_path = true;
+  c->decode_rows_tiled = options.batch_invariant && !rows_fast && (prefill_fast || wgmma) &&
+                         problem.batch.num_decode_seqs > 0;
   const std::string decode_note =
       rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                       " decode rows run on the decode fast path"
-                : "decode fast path not used: " + why_not;
+                : "decode fast path not used: " +
+                      (problem.batch.num_prefill_seqs > 0 && !why_rows.empty() ? why_rows : why_not);
   // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
   const std::string decode_rows_note =
       rows_fast ? decode_note + mixed_order_note(mixed_concurrent_mode())
+      : c->decode_rows_tiled
+          ? "the " + std::to_string(problem.batch.num_decode_seqs) +
+                " decode rows run on the tiled kernel first with its fixed split cut, as they "
+                "would alone (batch-invariant; " + decode_note + ")"
       : problem.batch.num_decode_seqs > 0
           ? "the " + std::to_string(problem.batch.num_decode_seqs) +
                 " decode rows run on it too (" + decode_note + ")"

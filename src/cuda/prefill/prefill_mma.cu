@@ -533,7 +533,7 @@ Status prefill_mma_run(const AttentionArgs& args, int block_size, int stages,
   PA_CUDA_RETURN(guard.status(), "prefill_mma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, num_seqs, kPrefillRowsPerCta,
-                                               p.gqa, min_query_len, tile_start, st));
+                                               p.gqa, min_query_len, INT_MAX, tile_start, st));
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (head == 64)
     return bf16 ? launch_layout<__nv_bfloat16, 64>(p, c.layout, stages, row_tiles, num_kv_heads, st)

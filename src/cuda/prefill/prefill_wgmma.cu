@@ -507,7 +507,7 @@ Status prefill_wgmma_run(const AttentionArgs& args, int block_size, std::int64_t
   PA_CUDA_RETURN(guard.status(), "prefill_wgmma: cudaSetDevice");
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, num_seqs, kWgmmaRowsPerCta,
-                                               p.gqa, min_query_len, tile_start, st));
+                                               p.gqa, min_query_len, INT_MAX, tile_start, st));
   const bool bf16 = args.query.dtype == DType::kBFloat16;
   if (warp_specialized)
     return prefill_ws_launch(p, head, bf16, c.key.dtype, split, row_tiles, num_kv_heads, st);

@@ -67,12 +67,14 @@ TiledSmem tiled_smem(int head_size, int es, KVLayout layout, int mmax, int tile_
 }
 
 std::int64_t count_row_tiles(const std::int32_t* qsl, std::int64_t stride, int num_seqs,
-                             int rows_per_tile, int min_query_len, int rows_per_token) {
+                             int rows_per_tile, int min_query_len, int rows_per_token,
+                             int max_query_len) {
   std::int64_t tiles = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const std::int64_t ql =
         static_cast<std::int64_t>(qsl[(s + 1) * stride]) - static_cast<std::int64_t>(qsl[s * stride]);
-    if (ql > 0 && ql >= min_query_len) tiles += (ql * rows_per_token + rows_per_tile - 1) / rows_per_tile;
+    if (ql > 0 && ql >= min_query_len && ql <= max_query_len)
+      tiles += (ql * rows_per_token + rows_per_tile - 1) / rows_per_tile;
   }
   return tiles;
 }

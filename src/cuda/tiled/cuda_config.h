@@ -5,6 +5,7 @@
 // reports is the size the launch requests.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -84,14 +85,17 @@ TiledSmem tiled_smem(int head_size, int cache_elem_bytes, KVLayout layout, int m
 
 /// Row tiles of a batch, the grid of a kernel that maps CTAs to (sequence, rows) through the
 /// tile_start prefix sums (launch_tile_prefix, tile_sequence): the sum over sequences with
-/// query_len >= max(1, min_query_len) of ceil(query_len * rows_per_token / rows_per_tile).
+/// query_len >= max(1, min_query_len) and <= max_query_len of
+/// ceil(query_len * rows_per_token / rows_per_tile).
 /// The tiled kernel has one row per query token (rows_per_token 1, rows_per_tile = its query
 /// tokens per CTA); the prefill kernel flattens the GQA group into the rows (rows_per_token =
-/// GQA ratio, 64 rows per CTA). min_query_len 2 leaves the decode rows to the decode path.
+/// GQA ratio, 64 rows per CTA). min_query_len 2 leaves the decode rows to the decode path;
+/// max_query_len 1 takes the decode rows only (batch-invariant mode's tiled decode rows beside
+/// a prefill kernel).
 /// `query_start_loc` is int32 [num_seqs + 1] with element stride `stride`.
 std::int64_t count_row_tiles(const std::int32_t* query_start_loc, std::int64_t stride,
                              int num_seqs, int rows_per_tile, int min_query_len = 1,
-                             int rows_per_token = 1);
+                             int rows_per_token = 1, int max_query_len = INT_MAX);
 
 /// Launch the one-CTA kernel that writes tile_start[s] = the row tiles (as count_row_tiles
 /// counts them) of sequences < s, and tile_start[num_seqs] = the total, on `stream`
@@ -99,7 +103,7 @@ std::int64_t count_row_tiles(const std::int32_t* query_start_loc, std::int64_t s
 /// copy. Errors: kInternal for a launch error. CUDA builds only.
 Status launch_tile_prefix(const std::int32_t* query_start_loc, std::int64_t stride, int num_seqs,
                           int rows_per_tile, int rows_per_token, int min_query_len,
-                          std::int32_t* tile_start, void* stream);
+                          int max_query_len, std::int32_t* tile_start, void* stream);
 
 /// Workspace layout of a run: the per-sequence tile prefix sums, and when num_splits > 1 the
 /// per-split partial outputs (fp32) and log-sum-exps.

@@ -14,13 +14,14 @@ namespace {
 
 // ------------------------------------------------------------------ prep kernel
 
-/// tile_start[s] = sum over s' < s of ceil(query_len[s'] * rows_per_token / rows_per_tile);
-/// tile_start[num_seqs] = the total (launch_tile_prefix, cuda_config.h). One CTA of 1024
+/// tile_start[s] = sum over s' < s with min_query_len <= query_len[s'] <= max_query_len of
+/// ceil(query_len[s'] * rows_per_token / rows_per_tile); tile_start[num_seqs] = the total
+/// (launch_tile_prefix, cuda_config.h). One CTA of 1024
 /// threads, block scans in a loop (deterministic, no atomics).
 __global__ void __launch_bounds__(1024)
     tile_prefix_kernel(const std::int32_t* qsl, std::int64_t qsl0, int num_seqs,
                        int rows_per_tile, int rows_per_token, int min_query_len,
-                       std::int32_t* tile_start) {
+                       int max_query_len, std::int32_t* tile_start) {
   __shared__ long long warp_tot[32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   long long carry = 0;
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(1024)
     if (s < num_seqs) {
       const long long ql = static_cast<long long>(qsl[static_cast<std::int64_t>(s + 1) * qsl0]) -
                            static_cast<long long>(qsl[static_cast<std::int64_t>(s) * qsl0]);
-      v = (ql > 0 && ql >= min_query_len)
+      v = (ql > 0 && ql >= min_query_len && ql <= max_query_len)
               ? (ql * rows_per_token + rows_per_tile - 1) / rows_per_tile
               : 0;
     }
@@ -62,10 +63,26 @@ __global__ void __launch_bounds__(1024)
 
 // ------------------------------------------------------------------ split merge
 
+/// Sequence of query token `t` (qsl[s] <= t < qsl[s + 1]; qsl is non-decreasing). Binary search
+/// over the num_seqs + 1 offsets.
+__device__ __forceinline__ int token_sequence(const AttnParams& p, std::int64_t t) {
+  int lo = 0, hi = p.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (static_cast<std::int64_t>(p.qsl[static_cast<std::int64_t>(mid) * p.qsl_stride]) <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /// Combine the num_splits partial states of each (token, head) in split order (fixed, so the
 /// result is deterministic): out = sum_p e^(lse_p - M) out_p / sum_p e^(lse_p - M).
+/// Only the rows of sequences the kernel ran (tile_start[s + 1] > tile_start[s]): with
+/// max_query_len 1 the prefill rows belong to the prefill kernel, which writes them.
 template <class Q>
-__global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p, bool filter) {
   const int lane = threadIdx.x & 31;
   const std::int64_t rows = p.num_tokens * p.num_heads;
   const std::int64_t warps_total = static_cast<std::int64_t>(gridDim.x) * 4;
@@ -76,6 +93,10 @@ __global__ void __launch_bounds__(128) split_merge_kernel(const AttnParams p) {
        r += warps_total) {
     const std::int64_t tr = r / p.num_heads;
     const std::int64_t head = r - tr * p.num_heads;
+    if (filter) {
+      const int sq = token_sequence(p, tr);
+      if (p.tile_start[sq + 1] == p.tile_start[sq]) continue;
+    }
     float mx = -INFINITY;
     for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.part_lse[s * split_stride + r]);
     // mx is -inf when every split is empty or NaN (NaN scores): softmax_base keeps NaN.
@@ -121,7 +142,7 @@ cudaError_t launch_for_query(const AttnParams& p, int kv, int kp, int mmax, dim3
 
 Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const TiledConfig& cfg,
                  const TiledWorkspace& wsl, std::int64_t total_tiles, int min_query_len,
-                 int smem_optin, void* workspace, Stream stream) {
+                 int max_query_len, int smem_optin, void* workspace, Stream stream) {
   const KVCache& cache = args.cache;
   const int es = static_cast<int>(dtype_size(g.dtype));
   const bool fp8 = is_fp8(g.dtype);
@@ -167,7 +188,8 @@ Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const Tile
 
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   PAGEDATTN_RETURN_IF_ERROR(launch_tile_prefix(p.qsl, p.qsl_stride, p.num_seqs, p.q_tokens, 1,
-                                               min_query_len, p.tile_start, stream));
+                                               min_query_len, max_query_len, p.tile_start,
+                                               stream));
 
   const dim3 grid(static_cast<unsigned>(total_tiles),
                   static_cast<unsigned>(g.num_kv_heads * cfg.head_groups),
@@ -194,10 +216,12 @@ Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const Tile
     const std::int64_t rows = p.num_tokens * p.num_heads;
     const unsigned blocks =
         static_cast<unsigned>(std::min<std::int64_t>((rows + 3) / 4, std::int64_t{1} << 20));
+    // Every row is the kernel's unless a query-length range leaves some to another kernel.
+    const bool filter = min_query_len > 1 || max_query_len != INT_MAX;
     switch (args.query.dtype) {
-      case DType::kFloat32: split_merge_kernel<float><<<blocks, 128, 0, s>>>(p); break;
-      case DType::kFloat16: split_merge_kernel<__half><<<blocks, 128, 0, s>>>(p); break;
-      default: split_merge_kernel<__nv_bfloat16><<<blocks, 128, 0, s>>>(p); break;
+      case DType::kFloat32: split_merge_kernel<float><<<blocks, 128, 0, s>>>(p, filter); break;
+      case DType::kFloat16: split_merge_kernel<__half><<<blocks, 128, 0, s>>>(p, filter); break;
+      default: split_merge_kernel<__nv_bfloat16><<<blocks, 128, 0, s>>>(p, filter); break;
     }
     PA_CUDA_RETURN(cudaGetLastError(), "split_merge_kernel launch");
   }
@@ -206,9 +230,10 @@ Status tiled_run(const AttentionArgs& args, const KVCacheGeometry& g, const Tile
 
 Status launch_tile_prefix(const std::int32_t* qsl, std::int64_t stride, int num_seqs,
                           int rows_per_tile, int rows_per_token, int min_query_len,
-                          std::int32_t* tile_start, void* stream) {
+                          int max_query_len, std::int32_t* tile_start, void* stream) {
   tile_prefix_kernel<<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
-      qsl, stride, num_seqs, rows_per_tile, rows_per_token, min_query_len, tile_start);
+      qsl, stride, num_seqs, rows_per_tile, rows_per_token, min_query_len, max_query_len,
+      tile_start);
   PA_CUDA_RETURN(cudaGetLastError(), "tile_prefix_kernel launch");
   return Status::Ok();
 }
