@@ -380,7 +380,7 @@ TEST(PrefillWgmmaSelect, MixedBatchSaysWhetherTheKernelsRunConcurrently) {
   set_mixed_concurrent_for_testing(7);  // out of range: back to the environment's choice
   const char* env = std::getenv("PAGEDATTN_MIXED_CONCURRENT");
   const std::string v = env != nullptr ? env : "";
-  EXPECT_EQ(mixed_concurrent_mode(), v == "1" ? 1 : v == "2" ? 2 : 0);
+  EXPECT_EQ(mixed_concurrent_mode(), v == "0" ? 0 : v == "1" ? 1 : 2);
   set_mixed_concurrent_for_testing(1);
   auto c = select_kernel(chunk_problem(), info);  // chunks only
   ASSERT_TRUE(c.ok());

@@ -28,9 +28,9 @@ std::string mixed_order_note(int mode) {
   if (mode == 2)
     return ", concurrently with the prefill kernel where the call allows (the decode rows on a "
            "second stream forked from the call's stream, enqueued first, and joined back before "
-           "the call returns; PAGEDATTN_MIXED_CONCURRENT=2)";
-  return ", before the prefill kernel on the call's stream (PAGEDATTN_MIXED_CONCURRENT=1 or 2 "
-         "runs the two concurrently)";
+           "the call returns; the default, PAGEDATTN_MIXED_CONCURRENT=0 runs them serially)";
+  return ", before the prefill kernel on the call's stream (PAGEDATTN_MIXED_CONCURRENT=0; "
+         "unset or 2 runs the two concurrently)";
 }
 
 /// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
@@ -332,7 +332,9 @@ int mixed_concurrent_mode() {
   static const int mode = [] {
     const char* e = std::getenv("PAGEDATTN_MIXED_CONCURRENT");
     const std::string v = e != nullptr ? e : "";
-    return v == "1" ? 1 : v == "2" ? 2 : 0;
+    // Forking with the decode rows enqueued first measured fastest on an H200 (T-conv-mixed
+    // 1.10x over serial, docs/performance_prefill.md): the default.
+    return v == "0" ? 0 : v == "1" ? 1 : 2;
   }();
   return mode;
 }
