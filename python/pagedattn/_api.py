@@ -236,6 +236,16 @@ def _normalize_device(device) -> str:
     raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
 
 
+def _require_backend(device) -> None:
+    """Raises RuntimeError for a CUDA device when this build has no CUDA backend (an install
+    with PAGEDATTN_CUDA=OFF or without nvcc): torch could not help there."""
+    if device is not None and device.startswith("cuda") and not _C.built_with_cuda():
+        raise RuntimeError(
+            f"device {device!r}: this pagedattn was built without the CUDA backend "
+            "(pagedattn.built_with_cuda is False); reinstall it where nvcc is present, with "
+            "PAGEDATTN_CUDA unset or ON")
+
+
 def _last(x) -> int:
     """query_start_loc[-1] (num_tokens) when `x` is a non-empty vector; 0 otherwise (the
     library then reports the shape)."""
@@ -254,6 +264,11 @@ class BatchAttention:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` (or a torch.device); None = the device of
             the block_table given to plan().
 
+    Raises:
+        ValueError: an unknown device string.
+        RuntimeError: a CUDA device (here or, for None, at plan()) in a build without the CUDA
+            backend (``pagedattn.built_with_cuda`` False).
+
     Example::
 
         w = pagedattn.BatchAttention("cuda")
@@ -265,6 +280,7 @@ class BatchAttention:
 
     def __init__(self, device=None):
         self._device = _normalize_device(device)
+        _require_backend(self._device)
         self._state = None
         self._id = next(_ids)
 
@@ -317,6 +333,7 @@ class BatchAttention:
                      (query_start_loc, "query_start_loc")):
             fw.check_array(x, n)
         device = self._device or fw.device_of(block_table)
+        _require_backend(device)
         st = _PlanState()
         st.id = self._id
         st.device = device

@@ -245,6 +245,16 @@ def test_device_unavailable_is_runtime_error():
         pagedattn.write_kv(_FakeCuda(p.key), _FakeCuda(p.value), _FakeCuda(p.slot_mapping), cache)
 
 
+def test_cuda_device_needs_the_cuda_backend():
+    """A build without the CUDA backend refuses a CUDA device up front, saying so (not that
+    torch is missing); a CUDA build accepts it at construction (the GPU is needed at plan)."""
+    if pagedattn.built_with_cuda:
+        assert isinstance(pagedattn.BatchAttention("cuda:0"), pagedattn.BatchAttention)
+    else:
+        with pytest.raises(RuntimeError, match="built without the CUDA backend"):
+            pagedattn.BatchAttention("cuda")
+
+
 def test_gil_released_during_run():
     """Another Python thread keeps running while attention runs in C++."""
     p = Problem("numpy", "cpu", H=8, KVH=1, D=128, seq_lens=(3000, 3000), q_lens=(64, 64))
