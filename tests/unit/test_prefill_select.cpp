@@ -151,6 +151,15 @@ TEST(PrefillMmaSelect, SelectKernelRoutesPrefillRows) {
   EXPECT_NE(c->reason.find("tensor-core prefill kernel"), std::string::npos) << c->reason;
   EXPECT_NE(c->reason.find("decode fast path"), std::string::npos) << c->reason;
   EXPECT_LE(c->shared_memory_bytes, info.max_shared_memory_per_block);
+  // The fallback's single split is the planner's, not the caller's.
+  EXPECT_EQ(c->reason.find("forced by options"), std::string::npos) << c->reason;
+  EXPECT_NE(c->reason.find("1 KV split (a fallback of the kernels above"), std::string::npos)
+      << c->reason;
+  PlanOptions forced;
+  forced.num_splits = 1;
+  auto cf = select_kernel(mixed_problem(), info, forced);
+  ASSERT_TRUE(cf.ok());
+  EXPECT_NE(cf->reason.find("forced by options"), std::string::npos) << cf->reason;
 
   // A GQA ratio (32) the decode path does not take today: the prefill kernel takes every row
   // (and says so); a decode path that grows to take it keeps the decode rows.

@@ -28,7 +28,8 @@ std::string mixed_order_note(int mode) {
   if (mode == 2)
     return ", concurrently with the prefill kernel where the call allows (the decode rows on a "
            "second stream forked from the call's stream, enqueued first, and joined back before "
-           "the call returns; the default, PAGEDATTN_MIXED_CONCURRENT=0 runs them serially)";
+           "the call returns; this is the default, and PAGEDATTN_MIXED_CONCURRENT=0 runs the two "
+           "serially)";
   return ", before the prefill kernel on the call's stream (PAGEDATTN_MIXED_CONCURRENT=0; "
          "unset or 2 runs the two concurrently)";
 }
@@ -224,24 +225,32 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
     tiled_options.num_splits = 1;
   auto c = tiled_choose(problem, device_info, tiled_options);
   if (!c.ok()) return c;
+  if (tiled_options.num_splits != options.num_splits) {
+    // The split count was set here, not by the caller: say why instead of "forced".
+    const std::string forced = "1 KV split(s) (forced by options)";
+    const std::size_t at = c->reason.find(forced);
+    if (at != std::string::npos)
+      c->reason.replace(at, forced.size(),
+                        "1 KV split (a fallback of the kernels above: no split workspace)");
+  }
   if (rows_fast) c->decode_rows_fast_path = true;
   c->decode_rows_tiled = options.batch_invariant && !rows_fast && (prefill_fast || wgmma) &&
                          problem.batch.num_decode_seqs > 0;
+  const int nd = problem.batch.num_decode_seqs;
+  // "the 3 decode rows run" / "the decode row runs".
+  const std::string rows_run =
+      nd == 1 ? "the decode row runs" : "the " + std::to_string(nd) + " decode rows run";
   const std::string decode_note =
-      rows_fast ? "the " + std::to_string(problem.batch.num_decode_seqs) +
-                      " decode rows run on the decode fast path"
+      rows_fast ? rows_run + " on the decode fast path"
                 : "decode fast path not used: " +
                       (problem.batch.num_prefill_seqs > 0 && !why_rows.empty() ? why_rows : why_not);
   // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
   const std::string decode_rows_note =
       rows_fast ? decode_note + mixed_order_note(mixed_concurrent_mode())
       : c->decode_rows_tiled
-          ? "the " + std::to_string(problem.batch.num_decode_seqs) +
-                " decode rows run on the tiled kernel first with its fixed split cut, as they "
-                "would alone (batch-invariant; " + decode_note + ")"
-      : problem.batch.num_decode_seqs > 0
-          ? "the " + std::to_string(problem.batch.num_decode_seqs) +
-                " decode rows run on it too (" + decode_note + ")"
+          ? rows_run + " on the tiled kernel first with its fixed split cut, as alone "
+                       "(batch-invariant; " + decode_note + ")"
+      : nd > 0 ? rows_run + " on it too (" + decode_note + ")"
           : std::string("no decode rows");
   if (wgmma) {
     c->prefill_rows_mma = true;
