@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
+#include "src/cuda/decode/decode_mma.h"
 #include "src/cuda/prefill/prefill_mma.h"
 #include "tests/unit/synthetic_device.h"
 
@@ -155,6 +156,16 @@ TEST(PrefillMmaSelect, SelectKernelRoutesPrefillRows) {
   EXPECT_EQ(c->reason.find("forced by options"), std::string::npos) << c->reason;
   EXPECT_NE(c->reason.find("1 KV split (a fallback of the kernels above"), std::string::npos)
       << c->reason;
+  // Batch-invariant: the decode rows' cut is the one they get alone.
+  PlanOptions bi;
+  bi.batch_invariant = true;
+  auto cb = select_kernel(mixed_problem(), info, bi);
+  ASSERT_TRUE(cb.ok());
+  ASSERT_TRUE(cb->decode_rows_fast_path) << cb->reason;
+  EXPECT_NE(cb->reason.find("decode fast path (batch-invariant: split points every " +
+                            std::to_string(kBatchInvariantChunkTokens) + " tokens"),
+            std::string::npos)
+      << cb->reason;
   PlanOptions forced;
   forced.num_splits = 1;
   auto cf = select_kernel(mixed_problem(), info, forced);

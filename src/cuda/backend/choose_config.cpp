@@ -241,7 +241,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   const std::string rows_run =
       nd == 1 ? "the decode row runs" : "the " + std::to_string(nd) + " decode rows run";
   const std::string decode_note =
-      rows_fast ? rows_run + " on the decode fast path"
+      rows_fast ? rows_run + " on the decode fast path" +
+                      (options.batch_invariant
+                           ? " (batch-invariant: split points every " +
+                                 std::to_string(
+                                     decode_mma_config(problem, device_info, options).chunk_tokens) +
+                                 " tokens, as when they run alone)"
+                           : std::string())
                 : "decode fast path not used: " +
                       (problem.batch.num_prefill_seqs > 0 && !why_rows.empty() ? why_rows : why_not);
   // Where the decode rows of a batch with a prefill kernel go, said once for both kernels.
