@@ -37,7 +37,7 @@ std::string mixed_order_note(int mode) {
 /// What `explain` says about how the warp-specialised prefill kernel's producer loads K and V
 /// for a page of `block_size` tokens (prefill_ws_tma_box).
 std::string ws_loader_note(int head, int block_size, DType cache, KVLayout layout) {
-  if (cache == DType::kFloat8E4M3 || cache == DType::kFloat8E5M2)
+  if (is_fp8(cache))
     return std::string(to_string(cache)) + " rows loaded by the producer into registers (8 "
            "codes per lane), converted exactly to the query's dtype and stored into the "
            "slots (no TMA: the bytes change on the way), completing on mbarriers; k_scale in "
@@ -221,18 +221,13 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   // workspace for splits. Batch-invariant mode keeps its fixed split cut: there the tiled
   // kernel runs the decode rows the decode fast path does not take (beside the prefill
   // kernel, as it runs them alone), so their bits do not depend on prefill chunks joining.
-  if ((rows_fast || prefill_fast || wgmma) && !options.batch_invariant)
-    tiled_options.num_splits = 1;
-  auto c = tiled_choose(problem, device_info, tiled_options);
+  const bool one_split = (rows_fast || prefill_fast || wgmma) && !options.batch_invariant;
+  if (one_split) tiled_options.num_splits = 1;
+  auto c = tiled_choose(problem, device_info, tiled_options,
+                        one_split && options.num_splits == 0
+                            ? "a fallback of the kernels above: no split workspace"
+                            : nullptr);
   if (!c.ok()) return c;
-  if (tiled_options.num_splits != options.num_splits) {
-    // The split count was set here, not by the caller: say why instead of "forced".
-    const std::string forced = "1 KV split(s) (forced by options)";
-    const std::size_t at = c->reason.find(forced);
-    if (at != std::string::npos)
-      c->reason.replace(at, forced.size(),
-                        "1 KV split (a fallback of the kernels above: no split workspace)");
-  }
   if (rows_fast) c->decode_rows_fast_path = true;
   c->decode_rows_tiled = options.batch_invariant && !rows_fast && (prefill_fast || wgmma) &&
                          problem.batch.num_decode_seqs > 0;
@@ -273,8 +268,7 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                     "memory) and PV (P in registers), fp32 accumulation, ";
     if (c->prefill_rows_wgmma_ws) {
       const int inst = prefill_ws_instance_head(h);
-      const bool f8 = problem.cache_dtype == DType::kFloat8E4M3 ||
-                      problem.cache_dtype == DType::kFloat8E5M2;
+      const bool f8 = is_fp8(problem.cache_dtype);
       if (inst != h)
         r += "the head-" + std::to_string(inst) + " instance with head " + std::to_string(h) +
              " masked on it (the query's and the cache's dims past " + std::to_string(h) +

@@ -27,6 +27,7 @@
 #include "pagedattn/attention.h"
 #include "pagedattn/kv_cache.h"
 #include "pagedattn/select.h"
+#include "pagedattn/tensor.h"
 #include "src/cuda/common/mma_args.h"
 #include "src/cuda/tiled/cuda_config.h"
 
@@ -130,7 +131,7 @@ inline bool prefill_wgmma_supported(const ProblemDesc& pr, const DeviceInfo& dev
   if (pr.batch.num_prefill_seqs == 0) return no("the batch has no prefill chunks");
   if (pr.q_dtype != DType::kFloat16 && pr.q_dtype != DType::kBFloat16)
     return no("query dtype is not fp16/bf16");
-  const bool fp8 = pr.cache_dtype == DType::kFloat8E4M3 || pr.cache_dtype == DType::kFloat8E5M2;
+  const bool fp8 = is_fp8(pr.cache_dtype);
   if (fp8 && !warp_specialized)
     return no("fp8 cache (the first version has none; the warp-specialised one converts it)");
   if (!fp8 && pr.cache_dtype != pr.q_dtype)

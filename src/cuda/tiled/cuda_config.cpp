@@ -145,7 +145,7 @@ void apply_split_cut(const ProblemDesc& problem, const DeviceInfo& info,
 }
 
 Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& info,
-                                  const PlanOptions& options) {
+                                  const PlanOptions& options, const char* splits_why) {
   if (problem.device.type != DeviceType::kCUDA)
     return Status(StatusCode::kInvalidArgument, "cuda::choose_config: not a CUDA problem");
   if (problem.num_kv_heads <= 0 || problem.num_heads <= 0 ||
@@ -207,7 +207,10 @@ Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& 
   // ---- KV splits: only when the batch has too few CTAs to fill the device
   int splits = 1;
   const auto& b = problem.batch;
-  if (options.num_splits > 0) {
+  if (options.num_splits > 0 && splits_why != nullptr) {
+    splits = 1;
+    why << "; 1 KV split (" << splits_why << ")";
+  } else if (options.num_splits > 0) {
     splits = std::min(options.num_splits, kMaxSplits);
     why << "; " << splits << " KV split(s) (forced by options"
         << (options.batch_invariant ? "; batch-invariant: ceil(seq_len / splits) per sequence"

@@ -128,9 +128,12 @@ Result<TiledConfig> make_tiled_config(const ProblemDesc& problem, int tile_token
 /// With options.batch_invariant: a tile that does not depend on the batch's lengths (sized
 /// for the largest row count), and kInvariantSplitTokens splits (at most
 /// kInvariantMaxSplits per sequence, fewer while the workspace would exceed
-/// kMaxAutoSplitWorkspace) instead of a count from the device's size.
+/// kMaxAutoSplitWorkspace) instead of a count from the device's size. `splits_why`: when
+/// non-null, options.num_splits is 1 and was set by the caller's own rule, not the user's;
+/// the reason then gives this text for it instead of "forced by options".
 Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& device_info,
-                                  const PlanOptions& options);
+                                  const PlanOptions& options,
+                                  const char* splits_why = nullptr);
 
 }  // namespace pagedattn::cuda
 
