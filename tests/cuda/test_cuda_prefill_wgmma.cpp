@@ -77,6 +77,16 @@ CaseConfig wcase(KVLayout layout, int head, DType dt, int heads, int kv_heads, i
   return c;
 }
 
+/// `c` with every score feature on: a sliding window of `window` keys, softcap 30, ALiBi and
+/// sinks.
+CaseConfig every_feature(CaseConfig c, int window) {
+  c.sliding_window = window;
+  c.softcap = 30.0f;
+  c.alibi = true;
+  c.sinks = true;
+  return c;
+}
+
 CaseConfig named(CaseConfig c) {
   std::uint64_t h = 1469598103934665603ull;
   c.name = testing::case_name(c);
@@ -175,15 +185,8 @@ std::vector<CaseConfig> wgmma_cases() {
     c.sinks = true;
     add(c);
   }
-  {
-    CaseConfig c =
-        wcase(nhd, 256, b16, 8, 2, 128, {{700, 165}, {545, 130}, {3, 2}, {1, 1}}, "allfeat");
-    c.sliding_window = 300;
-    c.softcap = 30.0f;
-    c.alibi = true;
-    c.sinks = true;
-    add(c);
-  }
+  add(every_feature(
+      wcase(nhd, 256, b16, 8, 2, 128, {{700, 165}, {545, 130}, {3, 2}, {1, 1}}, "allfeat"), 300));
   // ---- LSE off, padded pages, strided activations
   {
     CaseConfig c = wcase(hnd, 64, f16, 8, 8, 16, {{100, 100}, {20, 5}}, "nolse");
@@ -249,14 +252,8 @@ std::vector<CaseConfig> wgmma_cases() {
   add(wcase(hnd, 8, f16, 8, 8, 16, {{70, 33}, {129, 129}}, "h8"));
   add(wcase(nhd, 136, f16, 4, 4, 128, {{700, 130}, {129, 129}}, "h136"));
   add(wcase(nhd, 200, b16, 8, 2, 24, {{300, 100}, {49, 49}}, "h200_bs24_no_tma"));
-  {
-    CaseConfig c = wcase(nhd, 192, b16, 16, 4, 16, {{500, 165}, {130, 2}}, "h192_allfeat");
-    c.sliding_window = 200;
-    c.softcap = 30.0f;
-    c.alibi = true;
-    c.sinks = true;
-    add(c);
-  }
+  add(every_feature(wcase(nhd, 192, b16, 16, 4, 16, {{500, 165}, {130, 2}}, "h192_allfeat"),
+                    200));
   {
     CaseConfig c = wcase(nhd, 80, f16, 16, 4, 16, {{150, 120}, {33, 33}}, "h80_padded");
     c.page_pad = 32;
@@ -294,12 +291,9 @@ std::vector<CaseConfig> wgmma_cases() {
   fp8(wcase(hnd, 112, f16, 8, 2, 17, {{400, 200}, {20, 3}}, "f8_e5_h112_hnd_bs17"), e5,
       ScaleMode::kHost, 0.0f, 0.0f);
   {
-    CaseConfig c = wcase(nhd, 128, b16, 16, 4, 16, {{500, 165}, {130, 2}, {3000, 1}},
-                         "f8_e4_allfeat_mixed");
-    c.sliding_window = 200;
-    c.softcap = 30.0f;
-    c.alibi = true;
-    c.sinks = true;
+    CaseConfig c = every_feature(
+        wcase(nhd, 128, b16, 16, 4, 16, {{500, 165}, {130, 2}, {3000, 1}}, "f8_e4_allfeat_mixed"),
+        200);
     c.page_pad = 32;
     fp8(c, e4, ScaleMode::kTensor, 0.0f, 0.0f);
   }
@@ -315,12 +309,9 @@ std::vector<CaseConfig> wgmma_cases() {
   add(wcase(split, 80, f16, 16, 4, 16, {{300, 130}, {20, 1}}, "split_h80_masked"));
   add(wcase(split, 128, f16, 40, 5, 544, {{700, 300}, {33, 9}}, "split_bs544_gqa8"));
   {
-    CaseConfig c = wcase(split, 128, b16, 16, 4, 24, {{500, 165}, {130, 2}, {3000, 1}},
-                         "split_allfeat_mixed");
-    c.sliding_window = 150;
-    c.softcap = 30.0f;
-    c.alibi = true;
-    c.sinks = true;
+    CaseConfig c = every_feature(
+        wcase(split, 128, b16, 16, 4, 24, {{500, 165}, {130, 2}, {3000, 1}}, "split_allfeat_mixed"),
+        150);
     c.page_pad = 64;
     add(c);
   }
