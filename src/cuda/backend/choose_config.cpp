@@ -2,7 +2,9 @@
 // described by its DeviceInfo. Host code in every build, with or without the CUDA backend, so
 // that `pagedattn explain --assume-device h200` and the unit tests get the same decision on a
 // machine without a GPU (it reads only the problem, the device facts and the options).
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -97,6 +99,34 @@ std::string decode_head_note(const ProblemDesc& pr, const DeviceInfo& device) {
   return r;
 }
 
+/// What `explain` says about a split count forced by PlanOptions::num_splits on the decode
+/// fast path, whose cut (decode_mma_chunk) can give another count: splits are whole 64-token
+/// tiles of the longest key range, at most kMaxDecodeSplits of them. `chunk` and `splits` are
+/// the cut that was made.
+std::string decode_forced_note(const ProblemDesc& pr, int forced, int chunk, int splits) {
+  std::string r = "forced by options: num_splits " + std::to_string(forced);
+  if (splits == forced) return r;
+  // The key range decode_mma_chunk cuts: a window start inside a tile adds up to one tile.
+  std::int64_t range = std::max(1, pr.batch.max_seq_len);
+  const bool windowed =
+      pr.sliding_window > 0 && std::int64_t{pr.sliding_window} + kDecodeTileTokens - 1 < range;
+  if (windowed) range = std::int64_t{pr.sliding_window} + kDecodeTileTokens - 1;
+  const std::int64_t per = (range + forced - 1) / forced;
+  const std::int64_t tiles = (per + kDecodeTileTokens - 1) / kDecodeTileTokens * kDecodeTileTokens;
+  r += ", which became " + std::to_string(splits) + ": the longest key range, " +
+       std::to_string(range) + " tokens" +
+       (windowed ? " (the sliding window of " + std::to_string(pr.sliding_window) +
+                       " and the tile it starts in)"
+                 : std::string()) +
+       ", in " + std::to_string(forced) + " parts is " + std::to_string(per) +
+       " tokens each, rounded up to whole " + std::to_string(kDecodeTileTokens) +
+       "-token tiles: " + std::to_string(tiles) + " tokens";
+  if (chunk > tiles)
+    r += ", raised to " + std::to_string(chunk) + " as a sequence has at most " +
+         std::to_string(kMaxDecodeSplits) + " splits";
+  return r;
+}
+
 }  // namespace
 
 Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo& device_info,
@@ -111,7 +141,8 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
   }
   if (fast && options.tile_tokens > 0) {
     fast = false;
-    why_not = "tile_tokens forced (the decode path's tile is fixed: 64 tokens, 32 for head 512)";
+    why_not = "tile_tokens " + std::to_string(options.tile_tokens) +
+              " forced (the decode path's tile is fixed: 64 tokens, 32 for head 512)";
   }
   if (fast) {
     KernelChoice c;
@@ -183,23 +214,35 @@ Result<KernelChoice> choose_config(const ProblemDesc& problem, const DeviceInfo&
                           std::to_string(cut.chunk_tokens) +
                           " tokens whatever the batch and device, merged by the merge kernel in "
                           "a fixed order; no cluster merge, no small-call kernel"
-                    : options.num_splits > 0 ? "forced"
-                                             : "balanced over the SMs") +
+                    : options.num_splits > 0
+                        ? decode_forced_note(problem, options.num_splits, chunk, c.num_splits)
+                        : "balanced over the SMs") +
                "), at most " + std::to_string(c.num_splits) + " per sequence";
     return c;
   }
+  // Forced tiles or splits configure the tiled kernel: they keep every row of a batch with
+  // prefill chunks on it, which the reason says by the options' values.
+  const std::string forced_tiled =
+      (options.tile_tokens > 0 ? "tile_tokens " + std::to_string(options.tile_tokens) : "") +
+      (options.tile_tokens > 0 && options.num_splits > 0 ? " and " : "") +
+      (options.num_splits > 0 ? "num_splits " + std::to_string(options.num_splits) : "") +
+      " forced (" + (options.tile_tokens > 0 && options.num_splits > 0 ? "they configure"
+                                                                        : "it configures") +
+      " the tiled kernel)";
   std::string why_rows;
   const bool rows_fast = problem.batch.num_prefill_seqs > 0 && options.num_splits == 0 &&
                          options.tile_tokens == 0 && smem <= device_info.max_shared_memory_per_block &&
                          decode_mma_rows_supported(problem, &why_rows);
+  if (problem.batch.num_prefill_seqs > 0 && (options.num_splits > 0 || options.tile_tokens > 0))
+    why_rows = forced_tiled;
   PlanOptions tiled_options = options;
   // Prefill rows: the tensor-core prefill kernel when it supports the problem. Forced tiles
-  // or splits keep the tiled kernel (tests use them to exercise it).
+  // or splits keep the tiled kernel (tests use them to exercise it), decode rows included.
   std::string why_prefill;
   bool prefill_fast = false;
   if (problem.batch.num_prefill_seqs > 0) {
     if (options.tile_tokens > 0 || options.num_splits > 0)
-      why_prefill = "tile_tokens or num_splits forced (they configure the tiled kernel)";
+      why_prefill = forced_tiled;
     else
       prefill_fast = prefill_mma_supported(problem, device_info.max_shared_memory_per_block,
                                            &why_prefill);

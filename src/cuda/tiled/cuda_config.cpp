@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string>
 
 #include "pagedattn/tensor.h"
 
@@ -12,6 +13,23 @@ namespace pagedattn::cuda {
 namespace {
 int round_up(int v, int m) { return (v + m - 1) / m * m; }
 std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
+
+/// What a forced split count becomes for the longest sequence (split_range's cut: ceil(seq_len
+/// / splits) keys rounded up to whole tiles), when that leaves some of the grid's splits
+/// without keys; empty when every split gets keys. A user who asked for more splits than the
+/// sequence has tiles otherwise reads the grid's count as the number of key ranges.
+std::string forced_splits_used(std::int64_t longest, int splits, int tile) {
+  if (splits <= 1 || longest <= 0 || tile <= 0) return "";
+  const std::int64_t per = (longest + splits - 1) / splits;
+  const std::int64_t chunk = (per + tile - 1) / tile * tile;
+  const std::int64_t used = (longest + chunk - 1) / chunk;
+  if (used >= splits) return "";
+  return "; a split is ceil(seq_len / " + std::to_string(splits) + ") keys rounded up to whole " +
+         std::to_string(tile) + "-token tiles, so the longest sequence (" +
+         std::to_string(longest) + " tokens) has keys in " + std::to_string(used) + " of the " +
+         std::to_string(splits) + " splits and the other " + std::to_string(splits - used) +
+         " are empty";
+}
 }  // namespace
 
 int tiled_max_rows(int kp) {
@@ -213,6 +231,11 @@ Result<KernelChoice> tiled_choose(const ProblemDesc& problem, const DeviceInfo& 
   } else if (options.num_splits > 0) {
     splits = std::min(options.num_splits, kMaxSplits);
     why << "; " << splits << " KV split(s) (forced by options"
+        << (options.num_splits > kMaxSplits
+                ? ": num_splits " + std::to_string(options.num_splits) +
+                      ", clamped to the kernel's maximum of " + std::to_string(kMaxSplits)
+                : std::string())
+        << forced_splits_used(b.max_seq_len, splits, tile)
         << (options.batch_invariant ? "; batch-invariant: ceil(seq_len / splits) per sequence"
                                     : "")
         << ")";
