@@ -26,6 +26,20 @@ add_test(NAME cli_explain_assume_h200_json
                  echo \"$out\" | grep -q '\"sms\": 132' &&
                  echo \"$out\" | grep -q '\"workspace_bytes\": null'"
           $<TARGET_FILE:pagedattn_cli> ${PAGEDATTN_W1_LENS})
+# An all-decode batch on the decode fast path: row_kernels names that kernel for the decode
+# rows while decode_rows_fast_path (a mixed-batch plan's flag) is false, and explain --help says
+# which key answers what runs the decode rows.
+add_test(NAME cli_explain_json_says_which_kernel_runs_the_decode_rows
+  COMMAND sh -c "out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096 --json); r=$?; echo \"$out\";
+                 test $r -eq 0 &&
+                 echo \"$out\" | grep -q '\"kernel\": \"cuda_decode_mma_splitkv\"' &&
+                 echo \"$out\" | grep -q '\"decode\": \"cuda_decode_mma_splitkv\"' &&
+                 echo \"$out\" | grep -q '\"decode_rows_fast_path\": false' &&
+                 help=$(\"$0\" explain --help | tr -s ' \\n' '  '); r=$?; echo \"$help\";
+                 test $r -eq 0 &&
+                 echo \"$help\" | grep -q 'row_kernels. names the kernel that runs each kind of row' &&
+                 echo \"$help\" | grep -q 'they are false when .kernel. is itself cuda_decode_mma_splitkv'"
+          $<TARGET_FILE:pagedattn_cli>)
 # A forced tile moves the same problem to the tiled kernel: the answer follows the flags.
 add_test(NAME cli_explain_assume_h200_forced_tile_is_tiled
   COMMAND sh -c "out=$(\"$0\" explain --assume-device h200 --num-heads 32 --num-kv-heads 8 --head-size 128 --dtype bf16 --seq-lens 4096,4096 --tile-tokens 32); r=$?;
@@ -120,7 +134,8 @@ add_test(NAME cli_bench_config_and_matrix_usage_errors
                  bad \"--assume-device 'h1': expected one of\" --matrix --list --assume-device h1"
           $<TARGET_FILE:pagedattn_cli>)
 set_tests_properties(cli_explain_assume_h200_w1_takes_the_decode_fast_path
-  cli_explain_assume_h200_json cli_explain_assume_h200_forced_tile_is_tiled
+  cli_explain_assume_h200_json cli_explain_json_says_which_kernel_runs_the_decode_rows
+  cli_explain_assume_h200_forced_tile_is_tiled
   cli_explain_assume_device_usage_errors cli_bench_matrix_list
   cli_bench_matrix_filter_selects_rows cli_bench_config_list
   cli_bench_config_and_matrix_usage_errors cli_bench_list_assume_h200

@@ -234,7 +234,18 @@ Action register_explain(CLI::App& app) {
                       "): select_kernel's decision from the preset's SM count, compute "
                       "capability and shared memory, in any build, on any machine")
       ->check(kNonEmpty);
-  sub->footer(exit_status_help(/*can_mismatch=*/false));
+  // A flag named decode_rows_fast_path that reads false for an all-decode batch on that very
+  // kernel looks wrong unless the help says which key answers "what runs the decode rows".
+  sub->footer(
+      "--json's \"attention\": \"kernel\" is the plan's kernel; \"row_kernels\" names the "
+      "kernel that runs each kind of row of this batch (\"decode\", \"prefill\"; null when "
+      "the batch has none) and \"runs\" says it in one line. decode_rows_fast_path, "
+      "prefill_rows_mma, prefill_rows_wgmma and prefill_rows_wgmma_ws describe how a plan on "
+      "the tiled kernel hands the rows of a batch with prefill chunks to other kernels "
+      "(KernelChoice, pagedattn/select.h): they are false when \"kernel\" is itself "
+      "cuda_decode_mma_splitkv (an all-decode batch on the decode fast path, which runs every "
+      "row) or the CPU's.\n\n" +
+      exit_status_help(/*can_mismatch=*/false));
   return [flags] { return run_explain(*flags); };
 }
 

@@ -119,7 +119,9 @@ struct KernelChoice {
   std::int64_t shared_memory_bytes = 0;
   int threads_per_block = 0;
   /// CUDA batches mixing decode rows and prefill chunks: the decode rows run on the decode
-  /// fast path (KernelId::kCudaDecodeMMA) and only the prefill chunks on `kernel`.
+  /// fast path (KernelId::kCudaDecodeMMA) and only the prefill chunks on `kernel`. False in
+  /// every other plan, an all-decode one whose `kernel` is kCudaDecodeMMA included (there
+  /// `kernel` runs every row).
   bool decode_rows_fast_path = false;
   /// CUDA batches with prefill chunks: the prefill rows (query_len >= 2), and the decode rows
   /// too unless decode_rows_fast_path, run on the tensor-core prefill kernel (fp16/bf16 query
