@@ -119,7 +119,9 @@ int run_verify(const VerifyFlags& flags) {
                    " not allowed with it"),
         json_out);
   }
-  auto device = resolve_device(flags.config.device);
+  // Listing runs nothing: no note about the device, and --device cuda lists the GPU's cases
+  // (which add some to the CPU's) on a machine without one.
+  auto device = resolve_device(flags.config.device, /*quiet=*/flags.list_cases);
   if (!device.ok()) return report_failure("verify", device.status(), json_out);
 
   std::vector<testing::CaseConfig> cases;
@@ -255,7 +257,8 @@ Action register_verify(CLI::App& app) {
       "the small sanitizer subset of the named cases (all of it, or those --cases selects)");
   sub->add_flag("--list-cases", flags->list_cases,
                 "print the names of the named cases (those --cases / --quick select), one per "
-                "line, and exit");
+                "line, and exit; needs no device: the cases of the device --device names (auto: "
+                "the one verify would run them on; cuda lists the GPU's cases on any machine)");
   sub->footer("--cases, --quick and --list-cases take no configuration flag (--layout through "
               "--batch-invariant): named cases carry their own.\n\n"
               "With --batch-invariant, one configuration is also run as each sequence alone: "

@@ -72,18 +72,20 @@ void add_config_flags(CLI::App* app, ConfigFlags* f) {
   app->add_flag("--json", f->json, "machine-readable output");
 }
 
-Result<Device> resolve_device(const std::string& name) {
+Result<Device> resolve_device(const std::string& name, bool quiet) {
   if (name == "cpu") return Device::cpu();
   if (name == "auto") {
     // The choice is reported on stderr (stdout may be --json), so that a machine without a
     // usable GPU does not pass a CPU run off as the GPU's.
     if (!built_with_cuda()) {
-      fmt::print(stderr, "pagedattn: --device auto: this build has no CUDA backend; using the CPU\n");
+      if (!quiet)
+        fmt::print(stderr, "pagedattn: --device auto: this build has no CUDA backend; using the CPU\n");
       return Device::cpu();
     }
     auto info = query_device(Device::cuda(0));
     if (info.ok()) return Device::cuda(0);
-    fmt::print(stderr, "pagedattn: --device auto: {}; using the CPU\n", info.status().message());
+    if (!quiet)
+      fmt::print(stderr, "pagedattn: --device auto: {}; using the CPU\n", info.status().message());
     return Device::cpu();
   }
   if (name.rfind("cuda", 0) == 0) {
@@ -99,6 +101,8 @@ Result<Device> resolve_device(const std::string& name) {
       index = static_cast<int>(v);
     }
     const Device dev = Device::cuda(index);
+    // Nothing runs on a quietly resolved device, so it need not exist.
+    if (quiet) return dev;
     auto info = query_device(dev);
     if (!info.ok())
       return Status(StatusCode::kDeviceUnavailable,

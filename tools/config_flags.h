@@ -51,8 +51,10 @@ void add_config_flags(CLI::App* app, ConfigFlags* flags);
 
 /// `--device`: "cpu", "cuda" / "cuda:N", or "auto" (CUDA when query_device(cuda:0) succeeds,
 /// else the CPU, with a line on stderr saying why). Errors: kInvalidArgument for other spellings, kDeviceUnavailable when CUDA is
-/// asked for and this build or machine has none.
-Result<Device> resolve_device(const std::string& name);
+/// asked for and this build or machine has none. `quiet`: for a command that runs nothing on
+/// the device (verify --list-cases): no line on stderr, and "cuda" / "cuda:N" is that device
+/// whether or not it exists ("auto" still picks the device a run would use).
+Result<Device> resolve_device(const std::string& name, bool quiet = false);
 
 /// "1,17,544" -> {1, 17, 544}. Errors: kInvalidArgument naming `flag` for an empty list, an
 /// entry that is not an integer, or a negative entry.
