@@ -46,11 +46,29 @@ if [ "$with_python" != OFF ]; then
   # torch for the torch tests (torch.compile, custom ops): the CPU wheel (about 200 MB)
   # rather than PyPI's default, which pulls in GBs of CUDA libraries; PyPI if that index is
   # unreachable. PAGEDATTN_TORCH=OFF skips it (the torch tests then skip).
+  # pip's output is kept in a file: its "ERROR: No matching distribution found for torch"
+  # from the CPU index reads as a failure of setup.sh when PyPI then installs torch, so that try
+  # is summed up in one line, and pip's own words are shown only if PyPI fails too (which
+  # stops the script, as before).
   if [ "${PAGEDATTN_TORCH:-ON}" != OFF ] && ! "$python" -c 'import torch' 2>/dev/null; then
-    echo "setup: pip install torch (CPU wheel)"
-    "$python" -m pip install -q "${pip_flags[@]}" --retries 1 --timeout 20 torch \
-      --index-url https://download.pytorch.org/whl/cpu ||
-      "$python" -m pip install -q "${pip_flags[@]}" torch
+    echo "setup: pip install torch (CPU wheel from download.pytorch.org)"
+    torch_log=$(mktemp)
+    if ! "$python" -m pip install -q "${pip_flags[@]}" --retries 1 --timeout 20 torch \
+         --index-url https://download.pytorch.org/whl/cpu >"$torch_log" 2>&1; then
+      if grep -q -E 'NewConnectionError|Failed to establish|Temporary failure in name resolution|Name or service not known|Max retries exceeded|timed out' "$torch_log"; then
+        why="is unreachable from here"
+      else
+        why="has no torch wheel for $("$python" -V 2>&1) on $(uname -m) ($(grep -m1 '^ERROR:' "$torch_log" | sed 's/^ERROR: //'))"
+      fi
+      echo "setup: torch's CPU index (download.pytorch.org) $why; skipped it, installing torch from PyPI instead (about 2.5 GB with its CUDA libraries)"
+      if ! "$python" -m pip install -q "${pip_flags[@]}" torch >"$torch_log" 2>&1; then
+        cat "$torch_log" >&2
+        echo "setup: torch could not be installed from PyPI either for $("$python" -V 2>&1) on $(uname -m) (pip's output above). torch is only for the torch tests: PAGEDATTN_TORCH=OFF bash scripts/setup.sh skips it, and those tests then skip" >&2
+        rm -f "$torch_log"
+        exit 1
+      fi
+    fi
+    rm -f "$torch_log"
   fi
   # The real-model test (tests/python/test_model_smollm2.py): the GGUF reader, tokenizers,
   # transformers as the independent reference (accelerate: its GGUF loader needs it), and
