@@ -94,15 +94,8 @@ int run_explain(const ExplainFlags& ef) {
   const bool any_decode = p.batch.num_decode_seqs > 0, any_prefill = p.batch.num_prefill_seqs > 0;
   const RowKernels rows = row_kernels(k);
   const std::string planned = to_string(k.kernel);
-  const bool rows_elsewhere = d.type == DeviceType::kCUDA && k.kernel == KernelId::kCudaTiled &&
-                              ((any_decode && rows.decode != planned) ||
-                               (any_prefill && rows.prefill != planned));
-  std::string runs = planned;
-  if (rows_elsewhere) {
-    runs.clear();
-    if (any_decode) runs = "decode rows: " + rows.decode;
-    if (any_prefill) runs += (runs.empty() ? "" : "; ") + std::string("prefill rows: ") + rows.prefill;
-  }
+  const std::string runs = runs_line(k, p.batch);
+  const bool rows_elsewhere = runs != planned;
 
   if (flags.json) {
     nlohmann::json j;

@@ -15,31 +15,9 @@
 
 #include "pagedattn/select.h"
 #include "pagedattn/status.h"
+#include "src/dispatch/row_kernels.h"  // row_kernels, runs_line
 
 namespace pagedattn::cli {
-
-/// Kernels that run the decode rows and the prefill chunks of a plan. A CUDA plan on the tiled
-/// kernel (a batch with prefill chunks) hands its decode rows to the decode fast path when
-/// `decode_rows_fast_path` and its prefill chunks to the tensor-core prefill kernel
-/// ("cuda_prefill_mma") when `prefill_rows_mma` (on Hopper "cuda_prefill_wgmma_ws", or
-/// "cuda_prefill_wgmma" for its first version); decode rows off the fast path go with the
-/// prefill rows, or in batch-invariant plans (`decode_rows_tiled`) stay on `kernel`. Every
-/// other plan runs all rows on `kernel`.
-struct RowKernels {
-  std::string decode, prefill;
-};
-inline RowKernels row_kernels(const KernelChoice& c) {
-  RowKernels r;
-  r.prefill = c.kernel != KernelId::kCudaTiled || !c.prefill_rows_mma ? to_string(c.kernel)
-              : c.prefill_rows_wgmma && c.prefill_rows_wgmma_ws          ? "cuda_prefill_wgmma_ws"
-              : c.prefill_rows_wgmma                                     ? "cuda_prefill_wgmma"
-                                                                         : "cuda_prefill_mma";
-  r.decode = c.kernel == KernelId::kCudaTiled && c.decode_rows_fast_path
-                 ? to_string(KernelId::kCudaDecodeMMA)
-             : c.decode_rows_tiled ? to_string(c.kernel)
-                                   : r.prefill;
-  return r;
-}
 
 /// Exit statuses (DESIGN.md §7).
 inline constexpr int kExitOk = 0;

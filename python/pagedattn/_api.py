@@ -568,12 +568,37 @@ def explain(query, cache: KVCache, block_table, seq_lens, query_start_loc, *,
             scale: float | None = None, softcap: float = 0.0, sliding_window: int = 0,
             alibi_slopes=None, sinks=None, return_lse: bool = False, num_splits: int = 0,
             tile_tokens: int = 0, batch_invariant: bool = False) -> dict:
-    """What the selection function decides for this call (the `pagedattn explain` command):
-    a dict with ``kernel``, ``access``, ``tile_tokens``, ``num_splits``,
-    ``shared_memory_bytes``, ``threads_per_block``, ``decode_rows_fast_path``,
-    ``prefill_rows_mma``, ``batch_invariant``, ``reason``, ``workspace_bytes``, ``batch`` (the batch summary),
-    ``problem`` (the problem description) and ``writer`` (write_kv's choice for the cache).
+    """What the selection function decides for this call (the `pagedattn explain` command).
     Arguments as paged_attention; only the query's shape and dtype are used.
+
+    Returns a dict whose keys are those of ``pagedattn explain --json`` for the same facts,
+    under the same names (``assumed_device`` aside: the package never assumes a device):
+
+    - ``device``: the device the call runs on (``"cpu"``, ``"cuda:0"``);
+    - ``problem``: ``num_heads``, ``num_kv_heads``, ``gqa_ratio``, ``head_size``, ``dtype``
+      (the query's), ``cache_dtype``, ``layout``, ``block_size``, ``num_blocks``,
+      ``page_pad`` (elements after each K and V block; None when K and V differ),
+      ``softcap``, ``sliding_window``, ``alibi``, ``sinks``, and the batch summary
+      ``num_seqs``, ``num_tokens``, ``num_decode_seqs``, ``num_prefill_seqs``,
+      ``num_empty_seqs``, ``max_seq_len``, ``max_query_len``, ``total_kv_tokens``;
+    - ``attention``: ``kernel`` (the plan's), ``cache_access``, ``tile_tokens``,
+      ``num_splits``, ``shared_memory_bytes``, ``threads_per_block``, ``workspace_bytes``,
+      ``batch_invariant``, ``row_kernels`` (``{"decode": ..., "prefill": ...}``: the kernel
+      that runs each kind of row of this batch, None when it has none), ``runs`` (the same in
+      one line), ``decode_rows_fast_path``, ``prefill_rows_mma``, ``prefill_rows_wgmma``,
+      ``prefill_rows_wgmma_ws`` (how a CUDA plan on the tiled kernel hands the rows of a
+      batch with prefill chunks to other kernels; False in every other plan, an all-decode
+      batch on the decode fast path included) and ``reason``;
+    - ``cache_access``: ``access`` (``"native"`` or ``"strided"``) and ``reason``;
+    - ``writer`` (write_kv's choice for the cache): ``kernel``, ``cache_access``, ``reason``.
+
+    Beyond them, kept from earlier versions: ``attention``'s facts at the top level
+    (``kernel``, ``access`` for ``cache_access``, ``tile_tokens``, ``num_splits``,
+    ``shared_memory_bytes``, ``threads_per_block``, ``decode_rows_fast_path``,
+    ``prefill_rows_mma``, ``prefill_rows_wgmma``, ``batch_invariant``, ``reason``,
+    ``workspace_bytes``), ``batch`` (the batch summary alone), ``problem["q_dtype"]`` (as
+    ``dtype``) and ``problem["lse"]`` (whether an LSE output was planned), and
+    ``writer["access"]`` (as ``cache_access``).
     """
     w = _planned_for(query, cache, block_table, seq_lens, query_start_loc, scale=scale,
                      softcap=softcap, sliding_window=sliding_window, alibi_slopes=alibi_slopes,

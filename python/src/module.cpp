@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "python/src/convert.h"
+#include "src/dispatch/row_kernels.h"
 
 namespace pagedattn::python {
 
@@ -279,11 +280,24 @@ void reference(const InArray& query, const OutArray& k_cache, const OutArray& v_
 
 const char* access_name(CacheAccess a) { return a == CacheAccess::kNative ? "native" : "strided"; }
 
-/// The selection a plan made, and the writer the same cache gets (DESIGN.md §3), as a dict
-/// with the keys of `pagedattn explain --json`'s decision.
+/// Elements after each block of `t` (its stride(0) past one block's elements): the CLI's
+/// page_pad.
+std::int64_t block_pad(const TensorView& t) {
+  std::int64_t elems = 1;
+  for (int i = 1; i < t.ndim; ++i) elems *= t.shape[i];
+  return t.strides[0] - elems;
+}
+
+/// The selection a plan made, and the writer the same cache gets (DESIGN.md §3), as a dict:
+/// the keys of `pagedattn explain --json` under the same names ("problem", "attention",
+/// "cache_access", "writer", "device"), plus the package's own flat keys from before, which
+/// stay for existing callers (python/pagedattn/_api.py's explain documents both).
 nb::dict explain_plan(const Plan& p, const Cache& cache) {
   const KernelChoice& c = p.plan.choice();
   const ProblemDesc& pr = p.plan.problem();
+  const RowKernels rows = row_kernels(c);
+  const bool any_decode = pr.batch.num_decode_seqs > 0;
+  const bool any_prefill = pr.batch.num_prefill_seqs > 0;
   nb::dict d;
   d["device"] = to_string(pr.device);
   d["kernel"] = to_string(c.kernel);
@@ -298,6 +312,26 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   d["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
   d["reason"] = c.reason;
   d["workspace_bytes"] = p.plan.workspace_bytes();
+  nb::dict attention;
+  attention["kernel"] = to_string(c.kernel);
+  attention["cache_access"] = access_name(c.access);
+  attention["tile_tokens"] = c.tile_tokens;
+  attention["num_splits"] = c.num_splits;
+  attention["shared_memory_bytes"] = c.shared_memory_bytes;
+  attention["threads_per_block"] = c.threads_per_block;
+  attention["workspace_bytes"] = p.plan.workspace_bytes();
+  attention["decode_rows_fast_path"] = c.decode_rows_fast_path;
+  attention["prefill_rows_mma"] = c.prefill_rows_mma;
+  attention["batch_invariant"] = p.batch_invariant;
+  attention["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
+  nb::dict row_kernel;
+  row_kernel["decode"] = any_decode ? nb::object(nb::str(rows.decode.c_str())) : nb::none();
+  row_kernel["prefill"] = any_prefill ? nb::object(nb::str(rows.prefill.c_str())) : nb::none();
+  attention["row_kernels"] = row_kernel;
+  attention["runs"] = runs_line(c, pr.batch);
+  attention["prefill_rows_wgmma_ws"] = c.prefill_rows_wgmma_ws;
+  attention["reason"] = c.reason;
+  d["attention"] = attention;
   nb::dict batch;
   batch["num_seqs"] = pr.batch.num_seqs;
   batch["num_tokens"] = pr.batch.num_tokens;
@@ -311,22 +345,34 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   nb::dict problem;
   problem["num_heads"] = pr.num_heads;
   problem["num_kv_heads"] = pr.num_kv_heads;
+  problem["gqa_ratio"] = pr.gqa_ratio();
   problem["head_size"] = pr.head_size;
+  problem["dtype"] = to_string(pr.q_dtype);
   problem["q_dtype"] = to_string(pr.q_dtype);
   problem["cache_dtype"] = to_string(pr.cache_dtype);
   problem["layout"] = to_string(pr.layout);
   problem["block_size"] = pr.block_size;
   problem["num_blocks"] = pr.num_blocks;
+  // The CLI pads K and V alike; caller-made caches can differ, and then there is no one value.
+  const std::int64_t k_pad = block_pad(cache.cache.key), v_pad = block_pad(cache.cache.value);
+  problem["page_pad"] = k_pad == v_pad ? nb::object(nb::int_(k_pad)) : nb::none();
   problem["softcap"] = pr.softcap;
   problem["sliding_window"] = pr.sliding_window;
   problem["alibi"] = pr.alibi;
   problem["sinks"] = pr.sinks;
   problem["lse"] = pr.lse;
+  for (auto [key, value] : batch) problem[key] = value;
   d["problem"] = problem;
+  const CacheAccessDecision access = decide_cache_access(cache.cache);
+  nb::dict cache_access;
+  cache_access["access"] = access_name(access.access);
+  cache_access["reason"] = access.reason;
+  d["cache_access"] = cache_access;
   const WriterChoice w = select_writer(cache.cache, cache.cache.key.device);
   nb::dict writer;
   writer["kernel"] = w.kernel;
   writer["access"] = access_name(w.access);
+  writer["cache_access"] = access_name(w.access);
   writer["reason"] = w.reason;
   d["writer"] = writer;
   return d;

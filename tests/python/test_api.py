@@ -3,7 +3,9 @@ explain, the error classes of each bad-input class (nothing written), the GIL re
 a call, and the package importing without torch."""
 
 import ctypes
+import json
 import math
+import os
 import subprocess
 import sys
 import threading
@@ -75,6 +77,105 @@ def test_plan_with_cache_and_explain(device):
     d2 = pagedattn.explain(p.t(p.query), p.cache, p.t(p.block_table), p.t(p.seq_lens),
                            p.t(p.query_start_loc), sliding_window=8)
     assert d2["problem"]["sliding_window"] == 8
+
+
+# The keys of `pagedattn explain --json` (tools/cmd_explain.cpp) for a plan on a real device;
+# explain() has each of them under the same name, with more of its own beside them.
+CLI_EXPLAIN_KEYS = {
+    "device": None,
+    "problem": {"num_heads", "num_kv_heads", "gqa_ratio", "head_size", "dtype", "cache_dtype",
+                "layout", "block_size", "num_blocks", "page_pad", "softcap", "sliding_window",
+                "alibi", "sinks", "num_seqs", "num_tokens", "num_decode_seqs",
+                "num_prefill_seqs", "num_empty_seqs", "max_seq_len", "max_query_len",
+                "total_kv_tokens"},
+    "attention": {"kernel": None, "cache_access": None, "tile_tokens": None, "num_splits": None,
+                  "shared_memory_bytes": None, "threads_per_block": None,
+                  "workspace_bytes": None, "decode_rows_fast_path": None,
+                  "prefill_rows_mma": None, "batch_invariant": None, "prefill_rows_wgmma": None,
+                  "row_kernels": {"decode", "prefill"}, "runs": None,
+                  "prefill_rows_wgmma_ws": None, "reason": None},
+    "cache_access": {"access", "reason"},
+    "writer": {"kernel", "cache_access", "reason"},
+}
+
+
+def _missing(have, want, at=""):
+    """Paths of the keys of `want` (a dict of sub-keys, a set of leaf keys, or None for a
+    leaf) that `have` lacks."""
+    if want is None:
+        return []
+    if isinstance(want, set):
+        want = dict.fromkeys(want)
+    if not isinstance(have, dict):
+        return [at or "<top>"]
+    out = []
+    for k, sub in want.items():
+        if k not in have:
+            out.append(at + k)
+        else:
+            out += _missing(have[k], sub, at + k + ".")
+    return out
+
+
+def _as_tree(want):
+    if want is None:
+        return None
+    if isinstance(want, set):
+        return dict.fromkeys(want)
+    return {k: _as_tree(v) for k, v in want.items()}
+
+
+def _key_tree(d):
+    return {k: _key_tree(v) if isinstance(v, dict) else None for k, v in d.items()}
+
+
+def _cli():
+    """The `pagedattn` program of the build tree (PAGEDATTN_CLI, or build/pagedattn), if any."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PAGEDATTN_CLI") or os.path.join(root, "build", "pagedattn")
+    return path if os.access(path, os.X_OK) else None
+
+
+def test_explain_keys_are_the_clis_and_more(device):
+    fw = "torch" if device == "cuda" else "numpy"
+    if fw == "torch":
+        pytest.importorskip("torch")
+    p = Problem(fw, device)
+    d = pagedattn.explain(p.t(p.query), p.cache, p.t(p.block_table), p.t(p.seq_lens),
+                          p.t(p.query_start_loc))
+    assert _missing(d, CLI_EXPLAIN_KEYS) == []
+    # A fact under two names has one value.
+    a = d["attention"]
+    for old, new in (("kernel", "kernel"), ("access", "cache_access"), ("num_splits", "num_splits"),
+                     ("tile_tokens", "tile_tokens"), ("reason", "reason"),
+                     ("workspace_bytes", "workspace_bytes"),
+                     ("decode_rows_fast_path", "decode_rows_fast_path")):
+        assert d[old] == a[new], old
+    assert d["problem"]["dtype"] == d["problem"]["q_dtype"] == "fp32"
+    assert d["writer"]["cache_access"] == d["writer"]["access"]
+    assert {k: d["problem"][k] for k in d["batch"]} == d["batch"]
+    assert d["problem"]["gqa_ratio"] == p.H // p.KVH and d["problem"]["page_pad"] == 0
+    assert a["row_kernels"]["decode"] == a["row_kernels"]["prefill"] == a["kernel"]
+    assert a["runs"] == a["kernel"]
+    # The same configuration through the CLI where the build has one: exactly the keys above
+    # (a key the CLI gains must be added here and to explain()), and the same decision.
+    cli = _cli()
+    if cli is None or device != "cpu":
+        return
+    r = subprocess.run([cli, "explain", "--device", "cpu", "--num-heads", str(p.H),
+                        "--num-kv-heads", str(p.KVH), "--head-size", str(p.D),
+                        "--block-size", str(p.BS), "--dtype", "fp32", "--seq-lens", "20,5,33",
+                        "--query-lens", "2,1,4", "--json"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert _key_tree(j) == _as_tree(CLI_EXPLAIN_KEYS)
+    assert _missing(d, _key_tree(j)) == []
+    for k in ("kernel", "cache_access", "tile_tokens", "num_splits", "row_kernels", "runs",
+              "decode_rows_fast_path", "prefill_rows_mma"):
+        assert d["attention"][k] == j["attention"][k], k
+    for k in CLI_EXPLAIN_KEYS["problem"] - {"num_blocks"}:
+        assert d["problem"][k] == j["problem"][k], k
 
 
 def test_merge_states_formula(device):
