@@ -8,6 +8,12 @@ kernel of the same name (after --rename substitutions, e.g. a template argument 
 added) has the same instructions (addresses stripped). Exit status 0; 1 when a kernel named
 in --expect-same differs or is missing.
 
+In a warp-specialised kernel (one with `setmaxnreg`: USETMAXREG.DEALLOC in the SASS) the
+code from the DEALLOC on is the producer branch: the main loop is searched before it only
+(ptxas places the producer after the consumers, and a backward branch from the producer
+into the consumers' code spans both, which is no loop of either), and the producer's
+outermost loop is reported too (its spills run at the producer's lowered budget).
+
   export PATH="$(bash scripts/sass_tools.sh):$PATH"
   cuobjdump -sass old.o > old.sass; cuobjdump -sass new.o > new.sass
   python3 scripts/sass_compare.py old.sass new.sass --filter prefill_ws_kernel \
@@ -39,20 +45,50 @@ def opcode(text):
     return op.split(".")[0]
 
 
-def main_loop(ins, min_mma):
-    """The shortest backward-branch range holding >= min_mma tensor-core instructions."""
+def backward_ranges(ins):
+    """(first, last) index pairs of every backward branch: the loops, in listing order."""
     index = {a: i for i, (a, _) in enumerate(ins)}
-    best = None
+    out = []
     for i, (a, t) in enumerate(ins):
         m = re.search(r"BRA\b.*?0x([0-9a-f]+)", t)
         if not m:
             continue
         target = int(m.group(1), 16)
-        if target >= a or target not in index:
+        if target < a and target in index:
+            out.append((index[target], i))
+    return out
+
+
+def producer_start(ins):
+    """Index of the first USETMAXREG.DEALLOC (the producer branch of a warp-specialised
+    kernel), or len(ins) when the kernel has none."""
+    for i, (_, t) in enumerate(ins):
+        if opcode(t) == "USETMAXREG" and ".DEALLOC" in t:
+            return i
+    return len(ins)
+
+
+def main_loop(ins, min_mma):
+    """The shortest backward-branch range holding >= min_mma tensor-core instructions, before
+    the producer branch."""
+    cut = producer_start(ins)
+    best = None
+    for j, i in backward_ranges(ins):
+        if i >= cut:
             continue
-        j = index[target]
         mma = sum(1 for _, u in ins[j:i + 1] if opcode(u) in ("HGMMA", "HMMA"))
         if mma >= min_mma and (best is None or i - j < best[1] - best[0]):
+            best = (j, i)
+    return best
+
+
+def producer_loop(ins):
+    """The longest backward-branch range wholly inside the producer branch (its tile loop),
+    or None."""
+    cut = producer_start(ins)
+    best = None
+    for j, i in backward_ranges(ins):
+        if j > cut and (best is None or i - j > best[1] - best[0]):
             best = (j, i)
     return best
 
@@ -103,6 +139,12 @@ def main():
         if loop:
             body = ins[loop[0]:loop[1] + 1]
             lp = " main loop %d instr, STL %d, LDL %d" % (
+                len(body), sum(1 for _, t in body if opcode(t) == "STL"),
+                sum(1 for _, t in body if opcode(t) == "LDL"))
+        ploop = producer_loop(ins)
+        if ploop:
+            body = ins[ploop[0]:ploop[1] + 1]
+            lp += "; producer loop %d instr, STL %d, LDL %d" % (
                 len(body), sum(1 for _, t in body if opcode(t) == "STL"),
                 sum(1 for _, t in body if opcode(t) == "LDL"))
         shown = name[cut:] if len(names) > 1 else name
