@@ -9,9 +9,17 @@
 #   # then, on the GPU machine (carry build-base-src):
 #   BASE_SRC=build-base-src ROUNDS=3 WORKLOADS=W1,W2,W3 bash scripts/ab_bench.sh
 #
+# Or one tree built twice with different compile-time switches (BASE_SRC=.), e.g. the
+# prefill kernel's register split:
+#   BASE_SRC=. NEW_CUDA_FLAGS=-DPAGEDATTN_WS_PRODUCER_REGS=40 WORKLOADS=prefill \
+#     BENCH_ARGS='--check sampled --flush none --ceiling-gb 1 --warmup 3' ITERS=20 \
+#     bash scripts/ab_bench.sh
+#
 # Environment: BASE_SRC (baseline tree, default build-base-src), WORKLOADS (default standard),
 # LAYOUT (default nhd), ROUNDS (default 2), ITERS (default 100), OUT (default ./out), JOBS
-# (parallel jobs of each of the two builds, default half the cores).
+# (parallel jobs of each of the two builds, default half the cores), NEW_CUDA_FLAGS and
+# BASE_CUDA_FLAGS (CMAKE_CUDA_FLAGS of each build, default empty), BENCH_ARGS (more `bench`
+# flags for both sides, default empty).
 # Writes $OUT/ab.log (every round) and $OUT/ab.txt: per workload the median us of each round
 # and min(new rounds) / min(base rounds). Odd rounds run the baseline first, even rounds the
 # working tree first, so that a drift within the run does not favour one side. Exit status 0
@@ -25,12 +33,15 @@ ROUNDS="${ROUNDS:-2}"
 ITERS="${ITERS:-100}"
 JOBS="${JOBS:-$(( ($(nproc) + 1) / 2 ))}"
 OUT="${OUT:-./out}"
+NEW_CUDA_FLAGS="${NEW_CUDA_FLAGS:-}"
+BASE_CUDA_FLAGS="${BASE_CUDA_FLAGS:-}"
+BENCH_ARGS="${BENCH_ARGS:-}"
 mkdir -p "$OUT"
 if [ ! -f "$BASE_SRC/CMakeLists.txt" ]; then
   echo "ab_bench: no baseline tree at $BASE_SRC (see the header of this script)" >&2
   exit 2
 fi
-build() {  # src build-dir: logs in build-dir.{configure,build}.log
+build() {  # src build-dir cuda-flags: logs in build-dir.{configure,build}.log
   local src dir
   src="$(cd "$1" && pwd)" dir="$2"
   # A build folder configured from another source tree cannot be reused.
@@ -40,7 +51,7 @@ build() {  # src build-dir: logs in build-dir.{configure,build}.log
   fi
   rm -f "$dir.build.log"  # failed() shows the configure log when there is no build log
   cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90a > "$dir.configure.log" 2>&1 || return 1
+    -DCMAKE_CUDA_ARCHITECTURES=90a "-DCMAKE_CUDA_FLAGS=$3" > "$dir.configure.log" 2>&1 || return 1
   cmake --build "$dir" -j "$JOBS" --target pagedattn_cli > "$dir.build.log" 2>&1
 }
 failed() {  # name dir
@@ -48,8 +59,8 @@ failed() {  # name dir
   tail -20 "$2.build.log" 2>/dev/null || tail -20 "$2.configure.log"
 }
 t0=$(date +%s)
-build . build-gpu & p1=$!
-build "$BASE_SRC" build-gpu-base & p2=$!
+build . build-gpu "$NEW_CUDA_FLAGS" & p1=$!
+build "$BASE_SRC" build-gpu-base "$BASE_CUDA_FLAGS" & p2=$!
 ok1=0 ok2=0
 wait $p1 || ok1=1
 wait $p2 || ok2=1
@@ -67,7 +78,8 @@ for r in $(seq 1 "$ROUNDS"); do
     cli=build-gpu/pagedattn
     [ "$side" = base ] && cli=build-gpu-base/pagedattn
     echo "== round $r $side" >> "$OUT/ab.log"
-    if ! "$cli" bench --layout "$LAYOUT" --workloads "$WORKLOADS" --iters "$ITERS" \
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of flags
+    if ! "$cli" bench --layout "$LAYOUT" --workloads "$WORKLOADS" --iters "$ITERS" $BENCH_ARGS \
       --json "$OUT/ab_${side}_$r.json" >> "$OUT/ab.log" 2>&1; then
       echo "ab_bench: $side round $r failed (see $OUT/ab.log)" >&2
       rc=1

@@ -56,10 +56,34 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-// Producer / consumer register budgets (setmaxnreg; multiples of 8): 128 x 56 + 256 x 224
-// = 64512 of the SM's 65536.
-constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
+// Producer / consumer register budgets (setmaxnreg; multiples of 8). setmaxnreg.inc takes
+// its registers from the CTA's pool, which is the launch allocation: 384 threads x 168
+// (launch_bounds(384, 1); cuobjdump -res-usage: REG:168) = 64512, not the SM's 65536, and an
+// inc the pool cannot serve blocks for ever. So 128 x P + 256 x C <= 64512: 56 / 224,
+// 40 / 232 or 24 / 240 (32 / 240 would need 65536 and hang).
+// PAGEDATTN_WS_PRODUCER_REGS sets P of the 16-bit caches' instances for a same-run A/B build
+// (scripts/ab_bench.sh, NEW_CUDA_FLAGS); C is then the largest the pool allows. The fp8
+// instances keep 56: their producer converts every element, and at 40 its head-64 loop
+// spills (ptxas, sm_90a).
+#ifndef PAGEDATTN_WS_PRODUCER_REGS
+#define PAGEDATTN_WS_PRODUCER_REGS 56
+#endif
+constexpr int kLaunchRegs = 168;
+template <bool F8>
+constexpr int producer_regs() {
+  return F8 ? 56 : PAGEDATTN_WS_PRODUCER_REGS;
+}
+template <bool F8>
+constexpr int consumer_regs() {
+  return (kLaunchRegs * kWsThreads - 128 * producer_regs<F8>()) / 256 / 8 * 8;
+}
+static_assert(PAGEDATTN_WS_PRODUCER_REGS % 8 == 0 && PAGEDATTN_WS_PRODUCER_REGS >= 24 &&
+                  PAGEDATTN_WS_PRODUCER_REGS <= 96,
+              "setmaxnreg takes multiples of 8 from 24; the consumers need the rest");
+static_assert(consumer_regs<false>() <= 256 &&
+                  128 * producer_regs<false>() + 256 * consumer_regs<false>() <=
+                      kLaunchRegs * kWsThreads,
+              "the consumers' inc must fit the CTA's register pool");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -200,7 +224,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   __syncthreads();  // barriers initialised before anyone arrives or waits
   if (tid < 128) {
     // ================= producer =================
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<producer_regs<F8>()>();
     constexpr int RPW = TOK / 4;   // tile rows per producer warp
     constexpr int RPP = 32 / CH;   // rows per copy pass of a warp
     constexpr int PASSES = RPW / RPP;
@@ -399,7 +423,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   }
 
   // ================= consumers =================
-  setmaxnreg_inc<kConsumerRegs>();
+  setmaxnreg_inc<consumer_regs<F8>()>();
   // fp8: the KV head's scales (1 for 16-bit caches, where the products below fold away).
   const float k_mul = F8 ? cache_scale(p.k_scales, p.scales_stride, g, p.k_scale) : 1.f;
   const float v_mul = F8 ? cache_scale(p.v_scales, p.scales_stride, g, p.v_scale) : 1.f;
