@@ -109,6 +109,21 @@ Result<std::vector<Workload>> trace_workloads(KVLayout layout, std::uint64_t see
       w.query_lens.push_back(512);
     }
     out.push_back(w);
+    // Its two parts alone, timed in the same run: what the mixed call costs over its decode
+    // rows and its chunks separately is the price of running them in one call (the bound
+    // of issue 23's T-conv-mixed target: the decode rows' time plus the SM time the chunks
+    // take from them).
+    Workload d = base("T-conv-mixed-decodes", "T-conv-mixed's 96 decode rows alone",
+                      "trace-parts", layout);
+    Workload c = base("T-conv-mixed-chunks", "T-conv-mixed's 2 prefill chunks of 512 alone",
+                      "trace-parts", layout);
+    for (std::size_t i = 0; i < w.seq_lens.size(); ++i) {
+      Workload& part = w.query_lens[i] == 1 ? d : c;
+      part.seq_lens.push_back(w.seq_lens[i]);
+      part.query_lens.push_back(w.query_lens[i]);
+    }
+    out.push_back(d);
+    out.push_back(c);
   }
   auto moon = serving::load_trace("mooncake", 64);
   if (!moon.ok()) return moon.status();

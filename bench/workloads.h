@@ -16,7 +16,7 @@ namespace pagedattn::bench {
 struct Workload {
   std::string name;         // "W1", "T-conv-decode", "ctx-4096", ...
   std::string description;  // one line for the table
-  std::string group;        // "standard", "trace", "sweep-ctx", "sweep-batch"
+  std::string group;        // "standard", "trace", "trace-parts", "sweep-ctx", "sweep-batch", "prefill"
   int num_heads = 32;
   int num_kv_heads = 8;
   int head_size = 128;

@@ -242,7 +242,8 @@ int run_bench(const BenchFlags& f) {
       if (wanted(w)) add_named(w), ++named;
     const char* names_help =
         " (names: W1..W7, T-conv-decode, T-conv-mixed, T-mooncake-decode, ctx-N, batch-N; "
-        "groups: standard, trace, sweep-ctx, sweep-batch, prefill (P-chunks-8k, P-fresh-8k, ...), "
+        "groups: standard, trace, trace-parts (T-conv-mixed-decodes, T-conv-mixed-chunks), "
+        "sweep-ctx, sweep-batch, prefill (P-chunks-8k, P-fresh-8k, ...), "
         "all)";
     for (const std::string& name : wanted_list)
       if (!known.count(name)) return usage("--workloads: unknown name '" + name + "'" + names_help);
@@ -582,8 +583,8 @@ Action register_bench(CLI::App& app) {
   flags->workloads_option =
       cmd->add_option("--workloads", flags->workloads,
                       "comma list of names (W1..W7, T-conv-decode, ...) or groups (standard, "
-                      "trace, sweep-ctx, sweep-batch, all); with --config or --matrix only "
-                      "when given");
+                      "trace, trace-parts, sweep-ctx, sweep-batch, prefill, all); with --config or "
+                      "--matrix only when given");
   cmd->add_option("--config", flags->configs,
                   "time one configuration given in the flags of `pagedattn verify`, quoted "
                   "('--head-size 256 --kv-dtype fp8_e4m3 --layout split --seq-lens "
