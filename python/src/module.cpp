@@ -300,18 +300,6 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   const bool any_prefill = pr.batch.num_prefill_seqs > 0;
   nb::dict d;
   d["device"] = to_string(pr.device);
-  d["kernel"] = to_string(c.kernel);
-  d["access"] = access_name(c.access);
-  d["tile_tokens"] = c.tile_tokens;
-  d["num_splits"] = c.num_splits;
-  d["shared_memory_bytes"] = c.shared_memory_bytes;
-  d["threads_per_block"] = c.threads_per_block;
-  d["decode_rows_fast_path"] = c.decode_rows_fast_path;
-  d["prefill_rows_mma"] = c.prefill_rows_mma;
-  d["batch_invariant"] = p.batch_invariant;
-  d["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
-  d["reason"] = c.reason;
-  d["workspace_bytes"] = p.plan.workspace_bytes();
   nb::dict attention;
   attention["kernel"] = to_string(c.kernel);
   attention["cache_access"] = access_name(c.access);
@@ -324,6 +312,13 @@ nb::dict explain_plan(const Plan& p, const Cache& cache) {
   attention["prefill_rows_mma"] = c.prefill_rows_mma;
   attention["batch_invariant"] = p.batch_invariant;
   attention["prefill_rows_wgmma"] = c.prefill_rows_wgmma;
+  // The package's flat keys from before the CLI's names: the same values.
+  for (const char* key : {"kernel", "tile_tokens", "num_splits", "shared_memory_bytes",
+                          "threads_per_block", "decode_rows_fast_path", "prefill_rows_mma",
+                          "batch_invariant", "prefill_rows_wgmma", "workspace_bytes"})
+    d[key] = attention[key];
+  d["access"] = attention["cache_access"];
+  d["reason"] = c.reason;
   nb::dict row_kernel;
   row_kernel["decode"] = any_decode ? nb::object(nb::str(rows.decode.c_str())) : nb::none();
   row_kernel["prefill"] = any_prefill ? nb::object(nb::str(rows.prefill.c_str())) : nb::none();
